@@ -1,0 +1,5 @@
+import sys
+
+from llmsim.cli import main
+
+sys.exit(main())

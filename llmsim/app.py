@@ -1,0 +1,83 @@
+"""`create_app(settings)`: the connexion app, routed and validated from our OpenAPI document.
+
+No import-time side effects: everything (data, templates, spec) is loaded here, and a bad
+template or data file raises ConfigError before the server accepts a connection.
+"""
+from __future__ import annotations
+
+import logging
+
+from connexion import AsyncApp
+import orjson
+from connexion.exceptions import ProblemException
+from connexion.lifecycle import ConnexionResponse
+from connexion.resolver import Resolver
+from starlette.exceptions import HTTPException
+
+from llmsim import __version__, transport
+from llmsim.clock import Clock
+from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
+                           PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
+from llmsim.handlers.models import ModelsHandlers
+from llmsim.handlers.responses import ResponsesHandlers
+from llmsim.settings import Settings
+from llmsim.simulator import Simulator
+from llmsim.validation import BodyValidator
+
+log = logging.getLogger("llmsim")
+BASE_PATHS = ("/openai/v1", "/v1")
+# connexion problems by status, turned into our exception tree.
+PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
+            413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> AsyncApp:
+    settings = settings or Settings()
+    sim = Simulator.load(settings, clock)
+    groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim)}
+    error_template = sim.templates["errors"]
+
+    def resolve(operation_id: str):
+        group, _, name = operation_id.partition(".")
+        return getattr(groups[group], name)
+
+    def render_error(exc: APIError) -> ConnexionResponse:
+        return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
+                                 body=orjson.dumps(error_template.body(error=exc)), headers=exc.headers)
+
+    async def on_api_error(request, exc: APIError):
+        return render_error(exc)
+
+    async def on_problem(request, exc: ProblemException):
+        cls = PROBLEMS.get(exc.status, APIError)
+        detail = exc.detail or exc.title or "Invalid request"
+        if exc.status == 404:
+            detail = f"Unknown request URL: {request.method} {request.url.path}."
+        elif exc.status == 405:
+            detail = f"Method {request.method} is not allowed for {request.url.path}."
+        return render_error(cls(detail, status=exc.status))
+
+    async def on_http_error(request, exc: HTTPException):
+        return await on_problem(request, ProblemException(status=exc.status_code, detail=exc.detail))
+
+    async def on_unexpected(request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return render_error(ServerError("The server had an error while processing your request."))
+
+    app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
+                   swagger_ui_options=None)
+    for base in BASE_PATHS:
+        app.add_api(settings.spec_path, base_path=base, name=base,
+                    validator_map={"body": {"application/json": BodyValidator}},
+                    strict_validation=False, validate_responses=False)
+
+    async def health(request):
+        return transport.json_response(sim.templates["health"].body(version=__version__))
+    app.add_url_rule("/health", "health", health, methods=["GET"])
+
+    app.add_error_handler(APIError, on_api_error)
+    app.add_error_handler(ProblemException, on_problem)
+    app.add_error_handler(HTTPException, on_http_error)
+    app.add_error_handler(Exception, on_unexpected)
+    app.state_simulator = sim
+    return app

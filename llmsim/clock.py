@@ -1,0 +1,43 @@
+"""Time, injected: the event loop's monotonic clock for pacing, the wall clock for timestamps.
+
+Tests pass a `FakeClock` so timing behaviour is checked instantly and deterministically.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class Clock:
+    def now(self) -> float:
+        """Monotonic seconds (the running loop's clock)."""
+        return asyncio.get_running_loop().time()
+
+    def wall(self) -> float:
+        return time.time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        delay = deadline - self.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+class FakeClock(Clock):
+    """A clock that only moves when something sleeps on it."""
+
+    def __init__(self, start: float = 0.0, wall: float = 1_700_000_000.0):
+        self.t = start
+        self._wall = wall
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return self._wall + self.t
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline > self.t:
+            self.sleeps.append(deadline - self.t)
+            self.t = deadline
+        await asyncio.sleep(0)

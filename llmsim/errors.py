@@ -1,0 +1,105 @@
+"""The exception tree. Every error a client can see is an `APIError`; one renderer (the
+`error` template, used by `llmsim.app`) turns any of them into the provider's JSON envelope.
+
+    LLMSimError
+    ├── ConfigError            bad settings, data file or template: start-up fails, names file and path
+    └── APIError               sent to the client: status, type, code, param, message, headers
+        ├── InvalidRequestError        400 invalid_request_error
+        │   └── ContextLengthError     400 context_length_exceeded
+        ├── AuthenticationError        401
+        ├── PermissionDeniedError      403
+        ├── NotFoundError              404
+        │   └── ModelNotFoundError     404 model_not_found, param "model"
+        ├── MethodNotAllowedError      405
+        ├── PayloadTooLargeError       413
+        ├── UnsupportedMediaTypeError  415
+        └── ServerError                500 server_error
+"""
+from __future__ import annotations
+
+
+class LLMSimError(Exception):
+    """Base of everything llmsim raises on purpose."""
+
+
+class ConfigError(LLMSimError):
+    """A setting, data file or template is wrong; raised at start-up, never per request."""
+
+
+class APIError(LLMSimError):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int | None = None, type: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if type is not None:
+            self.type = type
+        self.headers = headers or {}
+
+
+class InvalidRequestError(APIError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthError(InvalidRequestError):
+    code = "context_length_exceeded"
+
+
+class AuthenticationError(APIError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDeniedError(APIError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
+class NotFoundError(APIError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    code = "model_not_found"
+
+    def __init__(self, model: str):
+        super().__init__(f"The model '{model}' does not exist or you do not have access to it.",
+                         param="model")
+
+
+class MethodNotAllowedError(APIError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLargeError(APIError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UnsupportedMediaTypeError(APIError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
+class ServerError(APIError):
+    status = 500
+    type = "server_error"
+    code = "server_error"

@@ -1,0 +1,17 @@
+"""GET /models and /models/{model}."""
+from __future__ import annotations
+
+from llmsim import transport
+from llmsim.simulator import Simulator
+
+
+class ModelsHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["models"]
+
+    async def list_models(self):
+        return transport.json_response(self.template.body(models=list(self.sim.catalogue)))
+
+    async def get_model(self, model: str):
+        return transport.json_response(self.template.body(model=self.sim.catalogue.get(model)))

@@ -1,0 +1,80 @@
+"""Latency profiles (data/profiles.yaml) and the schedule of one answer.
+
+A profile is two normal distributions in milliseconds: time to first token and the gap
+between tokens. The schedule turns them into absolute due times (seconds after the
+request began), so pacing never drifts: each event waits for its own deadline.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsim import datafiles
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    mean: float   # ms
+    sd: float     # ms
+
+    def sample(self, rng: random.Random) -> float:
+        """One draw, in seconds, never negative."""
+        if not self.sd:
+            return self.mean / 1000.0
+        return max(0.0, rng.gauss(self.mean, self.sd)) / 1000.0
+
+    def sample_sum(self, n: int, rng: random.Random) -> float:
+        """The sum of n draws, in seconds (one draw of the sum's distribution)."""
+        if n <= 0:
+            return 0.0
+        if not self.sd:
+            return n * self.mean / 1000.0
+        return max(0.0, rng.gauss(n * self.mean, math.sqrt(n) * self.sd)) / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    ttft: Dist
+    tbt: Dist
+
+    @property
+    def instant(self) -> bool:
+        return not (self.ttft.mean or self.ttft.sd or self.tbt.mean or self.tbt.sd)
+
+
+def load_profiles(path: Path) -> dict[str, Profile]:
+    doc = datafiles.load(path, "profiles")
+    return {name: Profile(name, Dist(**p["ttft"]), Dist(**p["tbt"]))
+            for name, p in doc["profiles"].items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When things are due, in seconds after the request began."""
+    first_token: float             # first token of any kind (reasoning or visible)
+    reasoning_end: float           # equals first_token when there is no reasoning
+    token_times: tuple[float, ...] # one per visible token
+    end: float
+
+
+def schedule(profile: Profile, rng: random.Random, reasoning_tokens: int, visible_tokens: int) -> Schedule:
+    first = profile.ttft.sample(rng)
+    reasoning_end = first + profile.tbt.sample_sum(reasoning_tokens, rng)
+    times = []
+    t = reasoning_end
+    for i in range(visible_tokens):
+        if i:
+            t += profile.tbt.sample(rng)
+        times.append(t)
+    return Schedule(first, reasoning_end, tuple(times), times[-1] if times else reasoning_end)
+
+
+def spread(start: float, end: float, n: int) -> list[float]:
+    """n due times evenly spaced after `start`, the last at `end`."""
+    if n <= 0:
+        return []
+    step = (end - start) / n
+    return [start + step * (i + 1) for i in range(n)]

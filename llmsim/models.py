@@ -1,0 +1,68 @@
+"""The model catalogue (data/models.yaml): what each model is, supports and how fast it is."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsim import datafiles
+from llmsim.errors import ConfigError, ModelNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    id: str
+    owned_by: str
+    created: int
+    context_window: int
+    max_output_tokens: int
+    latency: str
+    encoding: str
+    vision: bool
+    efforts: tuple[str, ...]          # empty: not a reasoning model
+    default_effort: str | None
+
+    @property
+    def reasons(self) -> bool:
+        return bool(self.efforts)
+
+
+class Catalogue:
+    def __init__(self, models: dict[str, Model], allow_any: bool, fallback: Model):
+        self.models = models
+        self.allow_any = allow_any
+        self._fallback = fallback
+
+    @classmethod
+    def load(cls, path: Path, profiles: set[str], allow_any: bool) -> "Catalogue":
+        doc = datafiles.load(path, "models")
+        defaults = {"owned_by": "llmsim", "created": 0, "context_window": 128000,
+                    "max_output_tokens": 16384, "latency": "gpt-4o", "encoding": "o200k_base",
+                    "vision": True, **(doc.get("defaults") or {})}
+        models = {}
+        for model_id, spec in doc["models"].items():
+            spec = {**defaults, **spec}
+            if spec["latency"] not in profiles:
+                raise ConfigError(f"{path}: at models.{model_id}.latency: unknown profile "
+                                  f"{spec['latency']!r} (expected one of: {', '.join(sorted(profiles))})")
+            efforts = tuple(spec.get("reasoning") or ())
+            default = spec.get("default_effort") or (("medium" if "medium" in efforts else efforts[0])
+                                                     if efforts else None)
+            models[model_id] = Model(model_id, spec["owned_by"], spec["created"], spec["context_window"],
+                                     spec["max_output_tokens"], spec["latency"], spec["encoding"],
+                                     spec["vision"], efforts, default)
+        fallback = Model("*", defaults["owned_by"], defaults["created"], defaults["context_window"],
+                         defaults["max_output_tokens"], defaults["latency"], defaults["encoding"],
+                         defaults["vision"], (), None)
+        return cls(models, allow_any, fallback)
+
+    def get(self, model_id: str) -> Model:
+        """The model, or the defaults when any model is allowed; else ModelNotFoundError."""
+        model = self.models.get(model_id)
+        if model is not None:
+            return model
+        if self.allow_any:
+            return Model(model_id, *[getattr(self._fallback, f) for f in Model.__slots__[1:]])
+        raise ModelNotFoundError(model_id)
+
+    def __iter__(self):
+        return iter(self.models.values())

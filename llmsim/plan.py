@@ -1,0 +1,166 @@
+"""Plan one answer: everything a template and a transport need, computed once per request.
+
+A plan is plain data: ids, the visible text cut into tokens with their due times, the
+reasoning tokens and summary, tool calls, usage and the schedule. It depends only on the
+request, the settings, the model catalogue and an injected random generator, so the same
+seed and the same requests give the same plan.
+"""
+from __future__ import annotations
+
+import base64
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmsim import ids, inputs, latency, textgen
+from llmsim.errors import ContextLengthError, InvalidRequestError
+from llmsim.models import Model
+
+
+@dataclass(slots=True)
+class Token:
+    text: str
+    at: float
+
+
+@dataclass(slots=True)
+class SummaryPart:
+    index: int
+    text: str
+    deltas: list[Token]
+
+
+@dataclass(slots=True)
+class ReasoningItem:
+    id: str
+    tokens: int
+    summary: list[SummaryPart] | None      # None: no summary was requested
+    encrypted_content: str | None
+    start_at: float
+    end_at: float
+    kind: str = "reasoning"
+
+
+@dataclass(slots=True)
+class MessageItem:
+    id: str
+    text: str
+    tokens: list[Token]
+    start_at: float
+    status: str = "completed"
+    kind: str = "message"
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+    cached_tokens: int = 0
+
+    @classmethod
+    def make(cls, input_tokens: int, visible: int, reasoning: int, semantics: str) -> "Usage":
+        if semantics == "openai":
+            return cls(input_tokens, visible + reasoning, reasoning, input_tokens + visible + reasoning)
+        return cls(input_tokens, visible, reasoning, input_tokens + visible + reasoning)
+
+
+@dataclass(slots=True)
+class Plan:
+    """One simulated answer. `output` holds items in order; `end_at` is when it is done."""
+    id: str
+    created_at: int
+    model: str
+    req: dict[str, Any]
+    output: list[Any]
+    usage: Usage
+    status: str
+    incomplete_reason: str | None
+    first_token_at: float
+    end_at: float
+    effort: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_text(self) -> str:
+        return "".join(item.text for item in self.output if item.kind == "message")
+
+    @property
+    def completed_at(self) -> int:
+        return self.created_at + int(self.end_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What planning needs from the server, besides the request."""
+    settings: Any
+    model: Model
+    profile: latency.Profile
+    rules: Any             # reasoning.ReasoningRules
+    rng: random.Random
+    created_at: int
+
+
+def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None) -> textgen.Text:
+    s = ctx.settings
+    gen_input = textgen.GenerationInput(ctx.rng, inputs.last_user_text(turns), s.fixed_text)
+    return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
+
+
+def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) -> None:
+    model = ctx.model
+    if input_tokens > model.context_window:
+        raise ContextLengthError(
+            f"This model's maximum context length is {model.context_window} tokens. However, your "
+            f"messages resulted in {input_tokens} tokens. Please reduce the length of the messages.",
+            param="input" if param == "max_output_tokens" else "messages")
+    if cap is not None and cap > model.max_output_tokens:
+        raise InvalidRequestError(
+            f"{param} is too large: {cap}. This model supports at most {model.max_output_tokens} "
+            f"completion tokens, whereas you provided {cap}.", param=param, code="invalid_value")
+
+
+def plan_response(body: dict, ctx: Context) -> Plan:
+    """Plan a Responses API answer (reasoning item, then the message)."""
+    rng, rules = ctx.rng, ctx.rules
+    turns = inputs.responses_turns(body)
+    inputs.check_vision(turns, ctx.model)
+    input_tokens = inputs.count(turns, ctx.model.encoding)
+    cap = body.get("max_output_tokens")
+    check_context(ctx, input_tokens, cap, "max_output_tokens")
+    reasoning_req = body.get("reasoning") or {}
+    effort = rules.effort(ctx.model, reasoning_req.get("effort"), "reasoning.effort")
+    text = visible_text(ctx, turns, cap)
+    reasoning_tokens = rules.tokens(effort, text.tokens)
+    sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
+    response_id = ids.make("resp_", rng)
+    output: list[Any] = []
+    if reasoning_tokens:
+        output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
+    message = MessageItem(ids.make("msg_", rng), text.text,
+                          [Token(p, t) for p, t in zip(text.pieces, sched.token_times)],
+                          sched.reasoning_end, "incomplete" if text.truncated else "completed")
+    output.append(message)
+    usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage_semantics)
+    return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
+                "incomplete" if text.truncated else "completed",
+                "max_output_tokens" if text.truncated else None,
+                sched.first_token, sched.end, effort)
+
+
+def _reasoning_item(body: dict, ctx: Context, n_tokens: int, summary_kind: str | None,
+                    sched: latency.Schedule) -> ReasoningItem:
+    rng = ctx.rng
+    summary = None
+    words = ctx.rules.summary_words(summary_kind, n_tokens)
+    if words:
+        text = textgen.words_text(words, rng)
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+        times = latency.spread(sched.first_token, sched.reasoning_end, len(pieces))
+        summary = [SummaryPart(0, text, [Token(p, t) for p, t in zip(pieces, times)])]
+    encrypted = None
+    if "reasoning.encrypted_content" in (body.get("include") or ()):
+        encrypted = "gAAAAA" + base64.urlsafe_b64encode(rng.randbytes(96)).decode()
+    return ReasoningItem(ids.make("rs_", rng), n_tokens, summary, encrypted,
+                         sched.first_token, sched.reasoning_end)

@@ -1,0 +1,102 @@
+"""The one frozen `Settings` object and the only reader of `LLMSIM_*` environment variables.
+
+Precedence, lowest first: built-in defaults, the YAML config file (`--config` /
+`LLMSIM_CONFIG`), `LLMSIM_<NAME>` environment variables, command-line flags. Every source
+is checked against `schemas/config.yaml`; a bad value raises ConfigError naming the key,
+where it came from and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from llmsim import datafiles
+from llmsim.errors import ConfigError
+
+REPO_DIR = datafiles.PACKAGE_DIR.parent
+ENV_PREFIX = "LLMSIM_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    config: str | None = None
+    profile: str | None = None          # force one latency profile for every model
+    ttft_ms: float | None = None        # force a fixed time to first token
+    tbt_ms: float | None = None         # force a fixed gap between tokens
+    target_tokens: int = 100
+    seed: int | None = None
+    templates: str | None = None        # override directory of templates
+    spec: str | None = None             # override OpenAPI document
+    log_level: str = "info"
+    generator: str = "lorem"
+    fixed_text: str = "This is a simulated response."
+    allow_any_model: bool = False
+    usage_semantics: str = "llmsim"
+    keepalive_ms: float | None = None
+    tool_call_probability: float = 0.5
+
+    @property
+    def templates_dir(self) -> Path:
+        return Path(self.templates) if self.templates else REPO_DIR / "templates"
+
+    @property
+    def spec_path(self) -> Path:
+        return Path(self.spec) if self.spec else REPO_DIR / "openapi" / "openapi.yaml"
+
+    def replace(self, **changes: Any) -> "Settings":
+        return build(self, changes, "arguments")
+
+    @classmethod
+    def load(cls, cli: Mapping[str, Any] | None = None,
+             environ: Mapping[str, str] | None = None) -> "Settings":
+        """Merge defaults, config file, environment and CLI values (later wins)."""
+        environ = os.environ if environ is None else environ
+        cli = {k: v for k, v in (cli or {}).items() if v is not None}
+        env = _from_environ(environ)
+        config_path = cli.get("config") or env.get("config")
+        settings = cls()
+        if config_path:
+            settings = build(settings, _read_config(Path(config_path)), f"config file {config_path}")
+        settings = build(settings, env, "environment")
+        return build(settings, cli, "command line")
+
+
+NAMES = tuple(f.name for f in fields(Settings))
+
+
+def build(base: Settings, values: Mapping[str, Any], source: str) -> Settings:
+    unknown = sorted(set(values) - set(NAMES))
+    if unknown:
+        raise ConfigError(f"{source}: unknown setting {unknown[0]!r}; known settings: {', '.join(NAMES)}")
+    datafiles.check(dict(values), "config", source)
+    return dataclasses.replace(base, **values)
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    values = {}
+    for name in NAMES:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            continue
+        try:
+            values[name] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            values[name] = raw
+        if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
+                                                                  "templates", "spec", "profile"):
+            values[name] = raw
+    return values
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    doc = datafiles.read_yaml(path) or {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
+    return {key.replace("-", "_"): value for key, value in doc.items()}

@@ -1,0 +1,67 @@
+"""The simulator: settings, data and templates loaded once, and per-request planning context."""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsim import datafiles, latency
+from llmsim.clock import Clock
+from llmsim.errors import ConfigError
+from llmsim.models import Catalogue
+from llmsim.plan import Context
+from llmsim.reasoning import ReasoningRules
+from llmsim.settings import Settings
+from llmsim.templates import TemplateSet
+
+# With --seed, timestamps are simulated too (this epoch plus one second per request), so the
+# same seed and the same requests give the same bytes.
+SEEDED_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+@dataclass
+class Simulator:
+    settings: Settings
+    catalogue: Catalogue
+    profiles: dict[str, latency.Profile]
+    rules: ReasoningRules
+    templates: TemplateSet
+    clock: Clock
+
+    @classmethod
+    def load(cls, settings: Settings, clock: Clock | None = None) -> "Simulator":
+        data: Path = datafiles.DATA_DIR
+        profiles = latency.load_profiles(data / "profiles.yaml")
+        if settings.profile is not None and settings.profile not in profiles:
+            raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
+                              f"(allowed: {', '.join(sorted(profiles))})")
+        catalogue = Catalogue.load(data / "models.yaml", set(profiles), settings.allow_any_model)
+        rules = ReasoningRules.load(data / "reasoning.yaml")
+        templates = TemplateSet(settings.templates_dir)
+        return cls(settings, catalogue, profiles, rules, templates, clock or Clock())
+
+    def __post_init__(self):
+        self._counter = itertools.count()
+        self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
+
+    def profile_for(self, model) -> latency.Profile:
+        s = self.settings
+        profile = self.profiles[s.profile or model.latency]
+        if s.ttft_ms is not None or s.tbt_ms is not None:
+            ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
+            tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
+            profile = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
+        return profile
+
+    def context(self, model_id: str) -> Context:
+        """Everything planning needs for one request; raises ModelNotFoundError."""
+        model = self.catalogue.get(model_id)
+        n = next(self._counter)
+        if self._seeded is not None:
+            rng = random.Random(self._seeded.getrandbits(64))
+            created = SEEDED_EPOCH + n
+        else:
+            rng = random.Random()
+            created = int(self.clock.wall())
+        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created)

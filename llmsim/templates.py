@@ -1,0 +1,320 @@
+"""YAML event-sequence templates: loaded, checked and compiled once at start-up.
+
+A template file (`templates/<name>.yaml`) may hold:
+
+* ``objects``: named values other values embed with ``{$object: name, $with: {...}}``;
+* ``body``: the JSON body of a non-streaming answer;
+* ``stream``: the steps of an event stream.
+
+Values are YAML with jinja2 expressions. A string that is exactly ``"{{ expr }}"`` yields
+the expression's native value (number, list, None...); any other string with ``{{`` is a
+text template. Directives inside values: ``$object``/``$with`` (embed a named object,
+with extra variables), ``$for``/``$do`` (a list, one entry per item), ``$if``/``$then``/
+``$else`` (a choice). A value that renders to ``omit`` drops its key (or list entry).
+
+Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event line;
+``at`` is the due time in seconds after the request began; without it a step is due with
+the one before), ``{raw: TEXT}`` (a non-JSON data line such as ``[DONE]``),
+``{for: "x in EXPR", steps: [...]}`` and ``{if: EXPR, steps: [...], else: [...]}``.
+
+Every compiled node is a plain closure ``f(ctx) -> value``; simple dotted names skip
+jinja entirely, so a streamed delta costs a few dict and attribute look-ups.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import jinja2
+
+from llmsim import datafiles
+from llmsim.errors import ConfigError
+
+Node = Callable[[dict], Any]
+
+
+class _Omit:
+    def __repr__(self) -> str:
+        return "omit"
+
+
+OMIT = _Omit()
+_WHOLE_EXPR = re.compile(r"^\{\{(.*)\}\}$", re.S)
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+_FOR = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One rendered stream step: `name` is the SSE event name (None for data-only lines),
+    `data` a JSON-able value or a raw string, `at` its due time (seconds after start)."""
+    name: str | None
+    data: Any
+    at: float
+    raw: bool = False
+
+
+class _Const:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, ctx):
+        return self.value
+
+
+def _getter(path: str) -> Node:
+    head, *rest = path.split(".")
+
+    def get(ctx):
+        value = ctx[head]
+        for name in rest:
+            value = value[name] if isinstance(value, dict) else getattr(value, name)
+        return value
+    return get
+
+
+class Compiler:
+    """Turns YAML values and steps into closures; errors name file and path."""
+
+    def __init__(self, objects: dict[str, Node], names: set[str]):
+        self.names = names
+        self.env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        self.env.globals["omit"] = OMIT
+        self.env.globals["given"] = _given
+        self.env.filters["tojson"] = _tojson
+        self.objects = objects
+
+    def expression(self, source: str, where: str) -> Node:
+        source = source.strip()
+        if _DOTTED.match(source) and source not in ("omit", "none", "None", "true", "false"):
+            get = _getter(source)
+
+            def checked(ctx):
+                try:
+                    return get(ctx)
+                except (KeyError, AttributeError) as exc:
+                    raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
+            return checked
+        try:
+            compiled = self.env.compile_expression(source, undefined_to_none=False)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{where}: bad expression {source!r}: {exc.message}") from None
+
+        def run(ctx):
+            try:
+                value = compiled(**ctx)
+            except jinja2.UndefinedError as exc:
+                raise ConfigError(f"{where}: {exc.message}") from None
+            if isinstance(value, jinja2.Undefined):
+                raise ConfigError(f"{where}: {source!r} is undefined")
+            return value
+        return run
+
+    def string(self, text: str, where: str) -> Node:
+        whole = _WHOLE_EXPR.match(text)
+        if whole and "{{" not in whole.group(1):
+            return self.expression(whole.group(1), where)
+        if "{{" not in text and "{%" not in text:
+            return _Const(text)
+        try:
+            template = self.env.from_string(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{where}: bad template {text!r}: {exc.message}") from None
+        return lambda ctx: template.render(ctx)
+
+    def value(self, node: Any, where: str) -> Node:
+        if isinstance(node, str):
+            return self.string(node, where)
+        if isinstance(node, list):
+            return self._list(node, where)
+        if isinstance(node, dict):
+            if "$object" in node:
+                return self._object(node, where)
+            if "$for" in node:
+                return self._for(node, where)
+            if "$if" in node:
+                return self._if(node, where)
+            return self._dict(node, where)
+        return _Const(node)
+
+    def _dict(self, node: dict, where: str) -> Node:
+        items = [(key, self.value(val, f"{where}.{key}")) for key, val in node.items()]
+        if all(isinstance(f, _Const) for _, f in items) and not any(f.value is OMIT for _, f in items):
+            return _Const({k: f.value for k, f in items})
+
+        def render(ctx):
+            out = {}
+            for key, f in items:
+                value = f(ctx)
+                if value is not OMIT:
+                    out[key] = value
+            return out
+        return render
+
+    def _list(self, node: list, where: str) -> Node:
+        parts = [self.value(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if all(isinstance(f, _Const) for f in parts):
+            return _Const([f.value for f in parts])
+        return lambda ctx: [v for v in (f(ctx) for f in parts) if v is not OMIT]
+
+    def _object(self, node: dict, where: str) -> Node:
+        name_node = self.value(node["$object"], f"{where}.$object")
+        extra = [(k, self.value(v, f"{where}.$with.{k}")) for k, v in (node.get("$with") or {}).items()]
+        objects = self.objects
+        if isinstance(name_node, _Const) and name_node.value not in self.names:
+            raise ConfigError(f"{where}.$object: no object named {name_node.value!r}; "
+                              f"known: {', '.join(sorted(self.names))}")
+
+        def render(ctx):
+            name = name_node(ctx)
+            try:
+                target = objects[name]
+            except KeyError:
+                raise ConfigError(f"{where}.$object: no object named {name!r}") from None
+            if extra:
+                ctx = {**ctx, **{k: f(ctx) for k, f in extra}}
+            return target(ctx)
+        return render
+
+    def _loop(self, spec: str, where: str) -> tuple[str, Node]:
+        match = _FOR.match(spec if isinstance(spec, str) else "")
+        if not match:
+            raise ConfigError(f"{where}: loop must read 'NAME in EXPRESSION', got {spec!r}")
+        return match.group(1), self.string("{{" + match.group(2) + "}}", where)
+
+    def _for(self, node: dict, where: str) -> Node:
+        var, source = self._loop(node["$for"], f"{where}.$for")
+        body = self.value(node.get("$do"), f"{where}.$do")
+
+        def render(ctx):
+            out = []
+            for item in source(ctx):
+                value = body({**ctx, var: item})
+                if value is not OMIT:
+                    out.append(value)
+            return out
+        return render
+
+    def _if(self, node: dict, where: str) -> Node:
+        test = self.value(node["$if"], f"{where}.$if")
+        then = self.value(node.get("$then"), f"{where}.$then")
+        other = self.value(node.get("$else", OMIT), f"{where}.$else")
+        return lambda ctx: then(ctx) if test(ctx) else other(ctx)
+
+    def steps(self, steps: list, where: str) -> Callable[[dict, list], Iterator[Event]]:
+        compiled = [self._step(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+
+        def run(ctx, clock):
+            for step in compiled:
+                yield from step(ctx, clock)
+        return run
+
+    def _step(self, step: dict, where: str):
+        if "for" in step:
+            var, source = self._loop(step["for"], f"{where}.for")
+            body = self.steps(step.get("steps", []), f"{where}.steps")
+            index = step.get("index")
+
+            def loop(ctx, clock):
+                for i, item in enumerate(source(ctx)):
+                    inner = {**ctx, var: item}
+                    if index:
+                        inner[index] = i
+                    yield from body(inner, clock)
+            return loop
+        if "if" in step:
+            test = self.value(step["if"], f"{where}.if")
+            then = self.steps(step.get("steps", []), f"{where}.steps")
+            other = self.steps(step.get("else", []), f"{where}.else")
+            return lambda ctx, clock: (then if test(ctx) else other)(ctx, clock)
+        at = self.value(step["at"], f"{where}.at") if "at" in step else None
+        name = step.get("event")
+        raw = "raw" in step
+        data = _Const(step["raw"]) if raw else self.value(step.get("data"), f"{where}.data")
+
+        def emit(ctx, clock):
+            if at is not None:
+                clock[0] = at(ctx)
+            ctx["seq"] = clock[1]
+            payload = data(ctx)
+            if not raw:
+                clock[1] += 1
+            yield Event(name, payload, clock[0], raw)
+        return emit
+
+
+def _given(value, default):
+    """`value`, or `default` when it is None or undefined (jinja's `default` also swallows 0)."""
+    return default if value is None or isinstance(value, jinja2.Undefined) else value
+
+
+def _tojson(value) -> str:
+    import orjson
+    return orjson.dumps(value).decode()
+
+
+class Template:
+    """One compiled template file."""
+
+    def __init__(self, name: str, body: Node | None, stream):
+        self.name = name
+        self._body = body
+        self._stream = stream
+
+    def body(self, **ctx) -> Any:
+        if self._body is None:
+            raise ConfigError(f"template {self.name!r} has no body")
+        return self._body(ctx)
+
+    def events(self, **ctx) -> Iterator[Event]:
+        """Render the stream lazily; `seq` counts JSON events from 0."""
+        if self._stream is None:
+            raise ConfigError(f"template {self.name!r} has no stream")
+        return self._stream(ctx, [0.0, 0])
+
+
+class TemplateSet:
+    """Every template of a directory, compiled; `set["responses"]` is one file."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        files = sorted(self.directory.rglob("*.yaml"))
+        if not files:
+            raise ConfigError(f"{self.directory}: no *.yaml templates found")
+        raw = {}
+        for path in files:
+            name = path.relative_to(self.directory).with_suffix("").as_posix()
+            raw[name] = (path, datafiles.load(path, "template"))
+        self.objects: dict[str, Node] = {}
+        owners: dict[str, Path] = {}
+        for name, (path, doc) in raw.items():
+            for obj_name in (doc.get("objects") or {}):
+                if obj_name in owners:
+                    raise ConfigError(f"{path}: objects.{obj_name}: already defined in {owners[obj_name]}; "
+                                      "object names are shared by all templates, rename one")
+                owners[obj_name] = path
+        compiler = Compiler(self.objects, set(owners))
+        # Objects may refer to each other in any order: compile lazily by name.
+        pending = {obj: (path, doc["objects"][obj]) for name, (path, doc) in raw.items()
+                   for obj in (doc.get("objects") or {})}
+        for obj, (path, value) in pending.items():
+            self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
+        self.templates: dict[str, Template] = {}
+        for name, (path, doc) in raw.items():
+            body = compiler.value(doc["body"], f"{path}: body") if "body" in doc else None
+            stream = compiler.steps(doc["stream"], f"{path}: stream") if "stream" in doc else None
+            self.templates[name] = Template(name, body, stream)
+
+    def __getitem__(self, name: str) -> Template:
+        try:
+            return self.templates[name]
+        except KeyError:
+            raise ConfigError(f"{self.directory}: no template {name}.yaml (have: "
+                              f"{', '.join(sorted(self.templates))})") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.templates

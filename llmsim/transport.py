@@ -1,0 +1,59 @@
+"""Send rendered events: as one JSON body, as SSE, paced by absolute deadlines.
+
+Transports know nothing of an event's fields: they serialise what the template rendered
+and wait for each event's due time (`start + event.at`). Events already due are written
+together in one chunk, so a burst costs one socket write.
+"""
+from __future__ import annotations
+
+from typing import AsyncIterator, Iterable
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from llmsim.clock import Clock
+from llmsim.templates import Event
+
+JSON = "application/json"
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+
+
+def sse_frame(event: Event) -> bytes:
+    data = event.data.encode() if event.raw else orjson.dumps(event.data)
+    if event.name:
+        return b"event: " + event.name.encode() + b"\ndata: " + data + b"\n\n"
+    return b"data: " + data + b"\n\n"
+
+
+async def paced(events: Iterable[Event], start: float, clock: Clock,
+                keepalive: float | None = None) -> AsyncIterator[bytes]:
+    """SSE bytes, each event written at its deadline; due events are batched into one chunk.
+
+    With `keepalive` (seconds), comment lines go out while waiting for the first token.
+    """
+    batch: list[bytes] = []
+    first = True
+    for event in events:
+        due = start + event.at
+        if due > clock.now():
+            if batch:
+                yield b"".join(batch)
+                batch = []
+            if keepalive and first:
+                while due - clock.now() > keepalive:
+                    await clock.sleep_until(clock.now() + keepalive)
+                    yield b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
+            await clock.sleep_until(due)
+            first = False
+        batch.append(sse_frame(event))
+    if batch:
+        yield b"".join(batch)
+
+
+def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> StreamingResponse:
+    return StreamingResponse(chunks, media_type="text/event-stream",
+                             headers={**SSE_HEADERS, **(headers or {})})

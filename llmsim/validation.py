@@ -1,0 +1,115 @@
+"""Request-body validation for connexion, speaking the provider's error language.
+
+connexion's own JSON validator builds a jsonschema validator per request and reports
+problems as problem+json without the offending parameter. Ours compiles each operation's
+schema once, parses with orjson, and raises `InvalidRequestError` whose `param` is the
+JSON path of the bad field (`input[2].content[0].type`).
+"""
+from __future__ import annotations
+
+import typing as t
+
+import orjson
+from connexion.json_schema import Draft4RequestValidator
+from connexion.validators import AbstractRequestBodyValidator
+from jsonschema import Draft4Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from llmsim.errors import InvalidRequestError
+
+MAX_DEPTH = 64
+_VALIDATORS: dict[int, t.Any] = {}
+
+
+def param_path(path) -> str | None:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def _describe(error: ValidationError) -> tuple[str, str | None]:
+    """A message naming the field, and the param path, for the most relevant error."""
+    path = list(error.absolute_path)
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else None
+        full = param_path(path + ([missing] if missing else []))
+        return f"Missing required parameter: '{full}'.", full
+    if error.validator == "additionalProperties" and "'" in error.message:
+        extra = error.message.split("'")[1]
+        full = param_path(path + [extra])
+        return f"Unrecognized request argument supplied: {full}", full
+    where = param_path(path)
+    if error.validator in ("anyOf", "oneOf") and isinstance(error.instance, dict) and "type" in error.instance:
+        allowed = sorted({v for s in error.validator_value for v in _type_enum(s)})
+        if allowed and error.instance["type"] not in allowed:
+            where = param_path(path + ["type"])
+            return (f"Invalid value: '{error.instance['type']}'. Supported values are: "
+                    f"{', '.join(repr(a) for a in allowed)}.", where)
+    if error.validator == "enum":
+        allowed = ", ".join(repr(v) for v in error.validator_value)
+        return f"Invalid value for '{where}': {error.instance!r}. Supported values are: {allowed}.", where
+    if error.validator == "type":
+        return f"Invalid type for '{where}': expected {error.validator_value}, got {type(error.instance).__name__}.", where
+    return f"Invalid value for '{where or 'body'}': {error.message}", where
+
+
+def _type_enum(schema: dict) -> list[str]:
+    resolved = schema
+    return list(((resolved.get("properties") or {}).get("type") or {}).get("enum") or [])
+
+
+def _depth(value, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return True
+
+
+class BodyValidator(AbstractRequestBodyValidator):
+    """JSON body validator with cached compiled schemas and provider-style errors."""
+
+    @property
+    def _validator(self):
+        key = id(self._schema)
+        validator = _VALIDATORS.get(key)
+        if validator is None:
+            validator = Draft4RequestValidator(self._schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+            _VALIDATORS[key] = (validator, self._schema)  # keep the schema alive: id stays unique
+            return validator
+        return validator[0]
+
+    async def _parse(self, stream, scope) -> t.Any:
+        body = b"".join([chunk async for chunk in stream])
+        if not body:
+            return None
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidRequestError("The request body is not valid UTF-8.", code="invalid_json") from None
+            raise InvalidRequestError(
+                f"We could not parse the JSON body of your request: {exc}. (HINT: This likely means "
+                "you aren't using your HTTP library correctly.)", code="invalid_json") from None
+
+    def _validate(self, body: t.Any) -> None:
+        if body is None:
+            raise InvalidRequestError("The request body is empty; a JSON object is required.",
+                                      code="invalid_json")
+        if not _depth(body, MAX_DEPTH):
+            raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
+                                      code="invalid_json")
+        error = best_match(self._validator.iter_errors(body))
+        if error is not None:
+            message, param = _describe(error)
+            raise InvalidRequestError(message, param=param,
+                                      code="missing_required_parameter" if error.validator == "required"
+                                      else "invalid_value")
