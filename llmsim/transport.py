@@ -1,4 +1,4 @@
-"""Send rendered events: as one JSON body, as SSE, paced by absolute deadlines.
+"""Send rendered events: as one JSON body, as SSE (or WebSocket frames), paced by absolute deadlines.
 
 Transports know nothing of an event's fields: they serialise what the template rendered
 and wait for each event's due time (`start + event.at`). Events already due are written
@@ -29,31 +29,55 @@ def sse_frame(event: Event) -> bytes:
     return b"data: " + data + b"\n\n"
 
 
+async def due_batches(events: Iterable[Event], start: float, clock: Clock,
+                      keepalive: float | None = None) -> AsyncIterator[list[Event]]:
+    """The one pacing loop (SSE and WebSocket): lists of events, each list sent when its
+    first event is due (`start + event.at`); events already due travel together.
+
+    With `keepalive` (seconds), an empty list is yielded every `keepalive` seconds while
+    waiting for the first token (SSE turns it into a comment line).
+    """
+    batch: list[Event] = []
+    first = True
+    for event in events:
+        due = start + event.at
+        if due > clock.now():
+            if batch:
+                yield batch
+                batch = []
+            if keepalive and first:
+                while due - clock.now() > keepalive:
+                    await clock.sleep_until(clock.now() + keepalive)
+                    yield []
+            await clock.sleep_until(due)
+            first = False
+        batch.append(event)
+    if batch:
+        yield batch
+
+
 async def paced(events: Iterable[Event], start: float, clock: Clock,
                 keepalive: float | None = None) -> AsyncIterator[bytes]:
     """SSE bytes, each event written at its deadline; due events are batched into one chunk.
 
     With `keepalive` (seconds), comment lines go out while waiting for the first token.
     """
-    batch: list[bytes] = []
-    first = True
-    for event in events:
-        due = start + event.at
-        if due > clock.now():
-            if batch:
-                yield b"".join(batch)
-                batch = []
-            if keepalive and first:
-                while due - clock.now() > keepalive:
-                    await clock.sleep_until(clock.now() + keepalive)
-                    yield b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
-            await clock.sleep_until(due)
-            first = False
-        batch.append(sse_frame(event))
-    if batch:
-        yield b"".join(batch)
+    async for batch in due_batches(events, start, clock, keepalive):
+        if batch:
+            yield b"".join(map(sse_frame, batch))
+        else:
+            yield b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
 
 
 def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> StreamingResponse:
     return StreamingResponse(chunks, media_type="text/event-stream",
                              headers={**SSE_HEADERS, **(headers or {})})
+
+
+async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock) -> None:
+    """Each JSON event as one WebSocket text frame, at its deadline (the same pacing as SSE;
+    raw SSE-only lines such as `[DONE]` have no WebSocket form and are skipped)."""
+    async for batch in due_batches(events, start, clock):
+        for event in batch:
+            if not event.raw:
+                await websocket.send_text(orjson.dumps(event.data).decode())
