@@ -55,10 +55,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             detail = f"Unknown request URL: {request.method} {request.url.path}."
         elif exc.status == 405:
             detail = f"Method {request.method} is not allowed for {request.url.path}."
-        return render_error(cls(detail, status=exc.status))
+        headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
+        return render_error(cls(detail, status=exc.status, headers=headers))  # e.g. Allow on 405
 
     async def on_http_error(request, exc: HTTPException):
-        return await on_problem(request, ProblemException(status=exc.status_code, detail=exc.detail))
+        return await on_problem(request, ProblemException(status=exc.status_code, detail=exc.detail,
+                                                          headers=exc.headers))
 
     async def on_unexpected(request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)

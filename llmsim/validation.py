@@ -10,14 +10,19 @@ from __future__ import annotations
 import typing as t
 
 import orjson
-from connexion.json_schema import Draft4RequestValidator
+from connexion.json_schema import Draft4RequestValidator, allow_nullable
 from connexion.validators import AbstractRequestBodyValidator
 from jsonschema import Draft4Validator
 from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.validators import extend
 
 from llmsim.errors import InvalidRequestError
 
 MAX_DEPTH = 64
+# OpenAPI 3.0 `nullable: true` admits null on a oneOf/anyOf/allOf schema too (connexion's
+# validator honours it only beside `type` and `enum`).
+RequestValidator = extend(Draft4RequestValidator, {
+    keyword: allow_nullable(Draft4Validator.VALIDATORS[keyword]) for keyword in ("oneOf", "anyOf", "allOf")})
 _VALIDATORS: dict[int, t.Any] = {}
 
 
@@ -50,7 +55,7 @@ def _describe(error: ValidationError) -> tuple[str, str | None]:
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"Invalid value for '{where}': {error.instance!r}. Supported values are: {allowed}.", where
     if error.validator == "type":
-        return f"Invalid type for '{where}': expected {error.validator_value}, got {type(error.instance).__name__}.", where
+        return f"Invalid type for '{where or 'body'}': expected {error.validator_value}, got {type(error.instance).__name__}.", where
     return f"Invalid value for '{where or 'body'}': {error.message}", where
 
 
