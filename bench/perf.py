@@ -81,6 +81,8 @@ def probe(url: str, doc: dict, marker: str | None, timeout: float = 30) -> str |
 
 
 def lateness(server) -> dict | None:
+    """`lateness_ms` of GET /llmsim/stats (after the 0.25 s in which workers share their stats)."""
+    time.sleep(0.5)
     try:
         with urllib.request.urlopen(server.url + "/llmsim/stats", timeout=10) as r:
             return json.loads(r.read())["lateness_ms"]
