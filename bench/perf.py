@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -120,7 +121,9 @@ class Bench:
             try:
                 started[name] = start()
             except RuntimeError as exc:
-                log(f"{name} did not start: {str(exc)[-300:]}")
+                lines = str(exc).strip().splitlines()
+                errors = [line for line in lines if re.match(r"\w+(Error|Exception)\b", line)]
+                log(f"{name} did not start: {(errors or lines)[-1]}")
                 self.failed[name] = {"na": f"did not start: {str(exc)[-1000:]}"}
                 continue
             self.note(started[name].command)
@@ -404,7 +407,8 @@ def summary_text(doc: dict, rows: list[Row], a, out: Path) -> str:
     m = doc["meta"]
     lines = [
         f"llmsim {m['llmsim_commit']}{' (+uncommitted changes)' if m['llmsim_dirty'] else ''} "
-        f"vs {m['peer'] or 'no peer'} (node {m['node']}), {m['cpus']} CPUs, loopback, {m['time']}",
+        f"vs {m['peer'] + ' (node ' + m['node'] + ')' if m['peer'] else 'no peer'}, "
+        f"{m['cpus']} CPUs, loopback, {m['time']}",
         f"W1-W4: wrk -t{a.threads} -c{a.connections} -d{a.duration:g}s --latency after a {a.warmup:g}s warm-up, "
         f"{a.tokens}-token replies (llmsim --profile instant)",
         f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens; "
