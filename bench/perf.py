@@ -2,6 +2,7 @@
 
     python bench/perf.py                      # full run (~3 minutes), table on stdout
     python bench/perf.py --duration 3 --n 100 # quick development run
+    python bench/perf.py --snapshot           # run llmsim from a copy taken at start (shared tree)
 
 Both servers run on loopback on this machine. W1-W4 use `wrk -t2 -c64 -d10s --latency` with
 bench/wrk/post.lua after a short warm-up (llmsim `--profile instant --target-tokens 32`; the
@@ -24,8 +25,10 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -334,6 +337,14 @@ def warm(url: str, doc: dict, seconds: float = 1.5) -> None:
         pass
 
 
+def snapshot(repo: Path, dest: Path) -> Path:
+    """Copy what `python -m llmsim serve` reads (llmsim/, templates/, openapi/) into `dest`, so
+    edits made in a shared working tree during the run cannot change or break the server."""
+    for name in ("llmsim", "templates", "openapi"):
+        shutil.copytree(repo / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
 def _dig(doc, *keys):
     for key in keys:
         if not isinstance(doc, dict) or "na" in doc and key not in doc:
@@ -358,9 +369,10 @@ def _version(cmd: list[str]) -> str | None:
 
 
 def meta(args, with_peer: bool) -> dict:
-    repo = str(args.llmsim_repo)
+    repo = str(args.source_repo)
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv,
-            "llmsim_repo": repo, "llmsim_commit": _version(["git", "-C", repo, "rev-parse", "--short", "HEAD"]),
+            "llmsim_repo": repo, "llmsim_ran_from": str(args.llmsim_repo),
+            "load_average_before": args.load_before, "load_average_after": os.getloadavg(), "llmsim_commit": _version(["git", "-C", repo, "rev-parse", "--short", "HEAD"]),
             "llmsim_dirty": bool(_version(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"])),
             "peer": f"{peer.PACKAGE} {peer.version()}" if with_peer else None,
             "node": _version(["node", "--version"]) if with_peer else None,
@@ -392,11 +404,22 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="JSON results file (default bench/results/perf-<time>.json)")
     p.add_argument("--files", type=Path, default=BENCH / "results" / "files",
                    help="where request bodies and peer fixtures are written")
+    p.add_argument("--snapshot", action="store_true",
+                   help="run llmsim from a copy of --llmsim-repo taken at start (shared working trees)")
     args = p.parse_args()
     servers.raise_nofile()
+    args.load_before = os.getloadavg()
+    args.source_repo = args.llmsim_repo
+    if args.snapshot:
+        args.llmsim_repo = snapshot(args.source_repo, Path(tempfile.mkdtemp(prefix="llmsim-snapshot-")))
+        log(f"running llmsim from the snapshot {args.llmsim_repo}")
 
     bench = Bench(args)
-    doc = bench.run()
+    try:
+        doc = bench.run()
+    finally:
+        if args.snapshot:
+            shutil.rmtree(args.llmsim_repo, ignore_errors=True)
     out = args.out or BENCH / "results" / f"perf-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
@@ -408,7 +431,8 @@ def summary_text(doc: dict, rows: list[Row], a, out: Path) -> str:
     lines = [
         f"llmsim {m['llmsim_commit']}{' (+uncommitted changes)' if m['llmsim_dirty'] else ''} "
         f"vs {m['peer'] + ' (node ' + m['node'] + ')' if m['peer'] else 'no peer'}, "
-        f"{m['cpus']} CPUs, loopback, {m['time']}",
+        f"{m['cpus']} CPUs, loopback, {m['time']}, load average "
+        f"{m['load_average_before'][0]:.1f} before / {m['load_average_after'][0]:.1f} after",
         f"W1-W4: wrk -t{a.threads} -c{a.connections} -d{a.duration:g}s --latency after a {a.warmup:g}s warm-up, "
         f"{a.tokens}-token replies (llmsim --profile instant)",
         f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens; "
