@@ -14,7 +14,7 @@ from connexion.lifecycle import ConnexionResponse
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 
-from llmsim import __version__, transport
+from llmsim import __version__, guard, transport
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
@@ -55,6 +55,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             detail = f"Unknown request URL: {request.method} {request.url.path}."
         elif exc.status == 405:
             detail = f"Method {request.method} is not allowed for {request.url.path}."
+        elif exc.status == 415:
+            given = request.headers.get("content-type", "")
+            detail = (f"Unsupported content type: '{given}'. This API method only accepts "
+                      f"'application/json' requests, but you specified the header "
+                      f"'Content-Type: {given}'. Please try again with a supported content type.")
         headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
         return render_error(cls(detail, status=exc.status, headers=headers))  # e.g. Allow on 405
 
@@ -68,6 +73,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=None)
+    guard.install(app, settings=settings, base_paths=BASE_PATHS,
+                  render=lambda exc: orjson.dumps(error_template.body(error=exc)))
     for base in BASE_PATHS:
         app.add_api(settings.spec_path, base_path=base, name=base,
                     validator_map={"body": {"application/json": BodyValidator}},

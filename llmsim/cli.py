@@ -29,7 +29,27 @@ def parser() -> argparse.ArgumentParser:
                        help="answer for model names not in the catalogue")
     serve.add_argument("--usage-semantics", help="llmsim (default) or openai")
     serve.add_argument("--keepalive-ms", type=float, help="SSE keep-alive comment interval before the first token")
+    serve.add_argument("--errors", type=_yaml, help="fault rates per request, YAML or kind=rate pairs, "
+                       "e.g. 'rate_limit=0.01,server_error=0.001' (kinds: llmsim/data/faults.yaml)")
+    serve.add_argument("--fault-schedule", type=_yaml,
+                       help="scheduled faults as YAML, e.g. '[{kind: rate_limit, count: 3}]'")
+    serve.add_argument("--api-key", dest="api_keys", action="append",
+                       help="accept this Bearer API key (repeatable); with none, no authentication")
+    serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted (default 32 MiB)")
     return p
+
+
+def _yaml(text: str):
+    """A flag value as YAML; `a=1,b=2` is read as the mapping {a: 1, b: 2}."""
+    import yaml
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"not valid YAML: {exc}") from None
+    if isinstance(value, str) and "=" in value:
+        pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+        value = {key.strip(): yaml.safe_load(raw) for key, _, raw in pairs}
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,15 @@
         ├── PayloadTooLargeError       413
         ├── UnsupportedMediaTypeError  415
         └── ServerError                500 server_error
+
+    ConnectionDrop (a BaseException)   the connection is closed without a complete answer
 """
 from __future__ import annotations
+
+
+class ConnectionDrop(BaseException):
+    """Close the client's connection abruptly (an injected `stream_drop` fault). A BaseException,
+    so no error handler turns it into a response; `llmsim.guard` ends the exchange unfinished."""
 
 
 class LLMSimError(Exception):

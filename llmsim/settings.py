@@ -41,6 +41,10 @@ class Settings:
     usage_semantics: str = "llmsim"
     keepalive_ms: float | None = None
     tool_call_probability: float = 0.5
+    errors: dict | None = None          # fault kind -> probability per request (llmsim.faults)
+    fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
+    api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)
+    max_body_bytes: int = 33554432      # larger request bodies get 413
 
     @property
     def templates_dir(self) -> Path:
@@ -92,6 +96,8 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile"):
             values[name] = raw
+        if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
+            values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
     return values
 
 
@@ -99,4 +105,9 @@ def _read_config(path: Path) -> dict[str, Any]:
     doc = datafiles.read_yaml(path) or {}
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
+    auth = doc.pop("auth", None)    # `auth: {api_keys: [...]}` is another spelling of `api_keys`
+    if auth is not None:
+        if not isinstance(auth, dict) or set(auth) - {"api_keys"}:
+            raise ConfigError(f"config file {path}: at auth: expected a mapping with the key api_keys")
+        doc["api_keys"] = auth.get("api_keys")
     return {key.replace("-", "_"): value for key, value in doc.items()}

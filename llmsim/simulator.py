@@ -9,6 +9,7 @@ from pathlib import Path
 from llmsim import datafiles, latency
 from llmsim.clock import Clock
 from llmsim.errors import ConfigError
+from llmsim.faults import FaultInjector, load_kinds
 from llmsim.models import Catalogue
 from llmsim.plan import Context
 from llmsim.reasoning import ReasoningRules
@@ -44,6 +45,8 @@ class Simulator:
     def __post_init__(self):
         self._counter = itertools.count()
         self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
+        self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
+                                    self.catalogue)
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings

@@ -6,12 +6,13 @@ together in one chunk, so a burst costs one socket write.
 """
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Iterable, Iterator
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
 from llmsim.clock import Clock
+from llmsim.errors import ConnectionDrop
 from llmsim.templates import Event
 
 JSON = "application/json"
@@ -39,6 +40,8 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock,
     """
     batch: list[Event] = []
     first = True
+    dropped: list[ConnectionDrop] = []
+    events = _until_drop(events, dropped)     # a drop still sends what was due before it
     for event in events:
         due = start + event.at
         if due > clock.now():
@@ -54,6 +57,15 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock,
         batch.append(event)
     if batch:
         yield batch
+    if dropped:
+        raise dropped[0]
+
+
+def _until_drop(events: Iterable[Event], dropped: list) -> Iterator[Event]:
+    try:
+        yield from events
+    except ConnectionDrop as drop:
+        dropped.append(drop)
 
 
 async def paced(events: Iterable[Event], start: float, clock: Clock,

@@ -53,10 +53,31 @@ def _describe(error: ValidationError) -> tuple[str, str | None]:
                     f"{', '.join(repr(a) for a in allowed)}.", where)
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
-        return f"Invalid value for '{where}': {error.instance!r}. Supported values are: {allowed}.", where
+        return f"Invalid value for '{where}': {_short(error.instance)}. Supported values are: {allowed}.", where
     if error.validator == "type":
         return f"Invalid type for '{where or 'body'}': expected {error.validator_value}, got {type(error.instance).__name__}.", where
+    bound = BOUNDS.get(error.validator)
+    if bound is not None:
+        return f"Invalid '{where or 'body'}': {bound(error.validator_value, error.instance)}", where
     return f"Invalid value for '{where or 'body'}': {error.message}", where
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# Messages for limits a value breaks (limit, value); they never echo a long value back.
+BOUNDS = {
+    "maximum": lambda v, x: f"number above maximum value. Expected a value <= {v}, but got {_short(x)} instead.",
+    "minimum": lambda v, x: f"number below minimum value. Expected a value >= {v}, but got {_short(x)} instead.",
+    "maxLength": lambda v, x: f"string too long. Expected a string with maximum length {v}, but got a string with length {len(x)} instead.",
+    "minLength": lambda v, x: f"string too short. Expected a string with minimum length {v}, but got a string with length {len(x)} instead.",
+    "maxItems": lambda v, x: f"array too long. Expected an array with maximum length {v}, but got an array with length {len(x)} instead.",
+    "minItems": lambda v, x: f"array too short. Expected an array with minimum length {v}, but got an array with length {len(x)} instead.",
+    "maxProperties": lambda v, x: f"too many properties. Expected an object with at most {v} properties, but got an object with {len(x)} properties instead.",
+    "pattern": lambda v, x: f"string does not match pattern. Expected a string that matches the pattern '{v}'.",
+}
 
 
 def _type_enum(schema: dict) -> list[str]:

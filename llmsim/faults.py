@@ -1,0 +1,370 @@
+"""Fault injection: the catalogue (`data/faults.yaml`), three triggers, and what a fault does.
+
+Per request, the first trigger that names a fault wins:
+
+1. the request header ``x-llmsim-fault: <kind>[;after_tokens=k][;retry_after=s][;timeout_ms=ms]``
+   (``none`` turns injection off for that request);
+2. the schedule (config ``fault_schedule`` or ``POST /llmsim/faults``): entries
+   ``{kind, count, every, after_tokens, retry_after, timeout_ms}`` -- "the next `count`
+   requests", or "every `every`-th request" (`count` times, or forever); the first entry
+   that fires wins;
+3. the rates (config ``errors: {kind: probability}``), drawn from an rng seeded by ``--seed``
+   (one draw per request, whatever happens, so the sequence is reproducible).
+
+A handler makes one call, ``fault = await sim.faults.begin(api, body, headers)``: immediate
+errors are raised there (a ``timeout`` first waits), and the returned `Injection` shapes the
+plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events, **ctx)`: a
+mid-stream error or drop after k tokens). With no fault, both hand their input back unchanged.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from llmsim import datafiles
+from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
+from llmsim.templates import Event, Template
+
+HEADER = "x-llmsim-fault"
+# header / schedule parameters and their parsers
+PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float, "timeout_ms": float}
+STREAM_EFFECTS = ("stream_failed", "stream_error", "stream_drop")
+# Which tail a mid-stream fault sends, by (api, effect); see templates/faults.yaml.
+TAILS = {("responses", "stream_failed"): "response.failed", ("responses", "stream_error"): "error",
+         ("responses", "error"): "error", ("websocket", "stream_failed"): "response.failed",
+         ("websocket", "stream_error"): "ws_error", ("websocket", "error"): "ws_error"}
+TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One catalogue entry (see data/faults.yaml for the meaning of each field)."""
+    name: str
+    status: int
+    type: str
+    code: str | None
+    param: str | None
+    message: str
+    headers: dict[str, str]
+    effect: str
+    after_tokens: int | None
+    retry_after: float | None
+    timeout_ms: float
+
+
+def load_kinds(path=None) -> dict[str, Kind]:
+    doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
+    return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
+                       dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
+                       k.get("retry_after"), float(k.get("timeout_ms", 0)))
+            for name, k in doc["kinds"].items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault chosen for one request: the kind plus its effective parameters."""
+    kind: Kind
+    after_tokens: int | None
+    retry_after: float | None
+    timeout_ms: float
+    source: str                       # header | schedule | rate
+
+
+class InjectedFault(APIError):
+    """An error the simulator sends on purpose (rendered like any APIError)."""
+
+
+class _Vars(dict):
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else (str(int(value)) if float(value).is_integer() else str(value))
+
+
+@dataclass
+class ScheduleEntry:
+    kind: Kind
+    count: int | None                 # firings left (None: unlimited)
+    every: int | None                 # fire on every n-th request seen (None: every request)
+    params: dict[str, Any]
+    seen: int = 0
+    fired: int = 0
+
+    def fires(self) -> bool:
+        self.seen += 1
+        return self.every is None or self.seen % self.every == 0
+
+
+class FaultInjector:
+    """Decides, per request, whether and how it fails; holds the runtime schedule and counters."""
+
+    def __init__(self, kinds: dict[str, Kind], settings, clock, tails: Template, catalogue=None):
+        self.kinds = kinds
+        self.clock = clock
+        self.tails = tails
+        self.catalogue = catalogue
+        self.settings = settings
+        seed = settings.seed
+        self.rng = random.Random(f"llmsim-faults:{seed}") if seed is not None else random.Random()
+        self.rates: dict[str, float] = self.check_rates(settings.errors or {}, ConfigError, "errors")
+        self.schedule: list[ScheduleEntry] = [
+            self.entry(raw, ConfigError, f"fault_schedule[{i}]")
+            for i, raw in enumerate(settings.fault_schedule or ())]
+        self.requests = 0
+        self.injected: Counter[str] = Counter()
+
+    # ---- configuration (config file at start-up, admin endpoint at runtime) ----
+    def _kind(self, name, error: type[Exception], where: str) -> Kind:
+        if name not in self.kinds:
+            raise _raise(error, f"{where}: unknown fault kind {name!r}; known kinds: "
+                                f"{', '.join(sorted(self.kinds))}", where)
+        return self.kinds[name]
+
+    def check_rates(self, rates: Mapping[str, float], error: type[Exception], where: str) -> dict[str, float]:
+        for name, rate in rates.items():
+            self._kind(name, error, f"{where}.{name}")
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+                raise _raise(error, f"{where}.{name}: rate must be a number from 0 to 1, got {rate!r}",
+                             f"{where}.{name}")
+        if sum(rates.values()) > 1 + 1e-9:
+            raise _raise(error, f"{where}: the rates add up to {sum(rates.values()):g}; at most 1", where)
+        return dict(rates)
+
+    def entry(self, raw: Mapping[str, Any], error: type[Exception], where: str) -> ScheduleEntry:
+        kind = self._kind(raw.get("kind"), error, f"{where}.kind")
+        for key in ("count", "every"):
+            value = raw.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _raise(error, f"{where}.{key}: must be an integer >= 1, got {value!r}", f"{where}.{key}")
+        count = raw.get("count")
+        if count is None and raw.get("every") is None:
+            count = 1
+        params = {k: raw[k] for k in PARAMS if raw.get(k) is not None}
+        for key, value in params.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise _raise(error, f"{where}.{key}: must be a number >= 0, got {value!r}", f"{where}.{key}")
+        return ScheduleEntry(kind, count, raw.get("every"), params)
+
+    def update(self, schedule: list | None, replace: bool, rates: Mapping[str, float] | None) -> None:
+        """A runtime change (POST /llmsim/faults): schedule entries appended (or replacing the
+        schedule), rates replaced; all checked first (400 naming the field), then applied."""
+        new = [self.entry(raw, InvalidRequestError, f"schedule[{i}]") for i, raw in enumerate(schedule or ())]
+        new_rates = self.check_rates(rates, InvalidRequestError, "errors") if rates is not None else self.rates
+        self.schedule = new if replace else [*self.schedule, *new]
+        self.rates = new_rates
+
+    def clear(self) -> None:
+        self.schedule = []
+        self.rates = {}
+
+    # ---- per request ----
+    def pick(self, header: str | None) -> Fault | None:
+        """The fault for the next request, or None (counts the request, draws once)."""
+        self.requests += 1
+        draw = self.rng.random()
+        if header is not None:
+            return self.parse_header(header)
+        fired = None
+        for entry in self.schedule:         # every entry counts the request; the first to fire wins
+            if entry.fires() and fired is None:
+                fired = entry
+        if fired is not None:
+            fired.fired += 1
+            if fired.count is not None and fired.fired >= fired.count:
+                self.schedule.remove(fired)
+            return self.make(fired.kind, fired.params, "schedule")
+        for name, rate in self.rates.items():
+            if draw < rate:
+                return self.make(self.kinds[name], {}, "rate")
+            draw -= rate
+        return None
+
+    def parse_header(self, value: str) -> Fault | None:
+        name, *parts = [p.strip() for p in value.split(";")]
+        if name.lower() == "none" and not parts:
+            return None
+        kind = self._kind(name, InvalidRequestError, HEADER)
+        params = {}
+        for part in parts:
+            key, eq, raw = part.partition("=")
+            key = key.strip()
+            if key not in PARAMS or not eq:
+                raise InvalidRequestError(
+                    f"{HEADER}: unknown parameter {part!r}; use <kind>[;after_tokens=k]"
+                    "[;retry_after=s][;timeout_ms=ms]", param=HEADER, code="invalid_fault")
+            try:
+                params[key] = PARAMS[key](raw.strip())
+                if params[key] < 0:
+                    raise ValueError
+            except ValueError:
+                raise InvalidRequestError(f"{HEADER}: {key} must be a number >= 0, got {raw.strip()!r}",
+                                          param=HEADER, code="invalid_fault") from None
+        return self.make(kind, params, "header")
+
+    @staticmethod
+    def make(kind: Kind, params: Mapping[str, Any], source: str) -> Fault:
+        after = params.get("after_tokens")
+        return Fault(kind, int(after) if after is not None else None,
+                     params.get("retry_after", kind.retry_after),
+                     float(params.get("timeout_ms", kind.timeout_ms)), source)
+
+    def error(self, fault: Fault, api: str, body: Mapping[str, Any]) -> InjectedFault:
+        kind = fault.kind
+        model_id = str(body.get("model", ""))
+        window = 128000
+        if self.catalogue is not None and model_id in getattr(self.catalogue, "models", {}):
+            window = self.catalogue.models[model_id].context_window
+        values = _Vars(model=model_id, retry_after=_number(fault.retry_after),
+                       retry_after_ms=_number(None if fault.retry_after is None else fault.retry_after * 1000),
+                       after_tokens=_number(fault.after_tokens), timeout_ms=_number(fault.timeout_ms),
+                       context_window=window, context_window_plus=window + 1,
+                       input_param="messages" if api == "chat" else "input")
+        headers = {name: value.format_map(values) for name, value in kind.headers.items()}
+        if fault.retry_after is None:
+            headers = {k: v for k, v in headers.items() if v != ""}
+        return InjectedFault(kind.message.format_map(values), status=kind.status, type=kind.type,
+                             code=kind.code, headers=headers,
+                             param=kind.param.format_map(values) if kind.param else None)
+
+    async def begin(self, api: str, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> "Injection":
+        """The one call a handler makes per request (api: responses | chat | websocket).
+
+        Raises the fault's APIError when it fails at once (after waiting, for a timeout), or
+        ConnectionDrop; otherwise returns what the fault does to the plan and the stream.
+        """
+        fault = self.pick((headers or {}).get(HEADER))
+        if fault is None:
+            return NO_FAULT
+        self.injected[fault.kind.name] += 1
+        effect = fault.kind.effect
+        streaming = api == "websocket" or bool(body.get("stream"))
+        if effect == "timeout":
+            await self.clock.sleep_until(self.clock.now() + fault.timeout_ms / 1000)
+            raise self.error(fault, api, body)
+        if effect == "content_filter":
+            return Injection(self, fault, api, body)
+        if not streaming or (effect == "error" and fault.after_tokens is None):
+            if effect == "stream_drop":
+                raise ConnectionDrop()
+            raise self.error(fault, api, body)
+        return Injection(self, fault, api, body)
+
+def _raise(error: type[Exception], message: str, where: str) -> Exception:
+    if issubclass(error, APIError):
+        return error(message, param=where, code="invalid_value")
+    return error(message)
+
+
+@dataclass
+class Injection:
+    """What one request's fault does to its plan and stream; `NO_FAULT` does nothing."""
+    injector: FaultInjector | None = None
+    fault: Fault | None = None
+    api: str = ""
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.fault is not None
+
+    @property
+    def after_tokens(self) -> int:
+        fault = self.fault
+        return fault.after_tokens if fault.after_tokens is not None else (fault.kind.after_tokens or 0)
+
+    def shape(self, plan):
+        """The plan, cut by a content filter after k tokens when that is the fault."""
+        if self.fault is None or self.fault.kind.effect != "content_filter":
+            return plan
+        cut = _cut_chat if hasattr(plan, "choices") else _cut_response
+        cut(plan, self.after_tokens, self.injector.settings.usage_semantics)
+        return plan
+
+    def stream(self, events: Iterable[Event], **ctx) -> Iterable[Event]:
+        """The stream, ending after k tokens with the fault's tail (or a dropped connection)."""
+        if self.fault is None or self.fault.kind.effect == "content_filter":
+            return events
+        return self._cut(iter(events), ctx)
+
+    def _cut(self, events: Iterator[Event], ctx: dict) -> Iterator[Event]:
+        limit, tokens, seq = self.after_tokens, 0, 0
+        is_token = _chat_token if self.api == "chat" else _responses_token
+        for event in events:
+            if is_token(event):
+                if tokens >= limit:
+                    break
+                tokens += 1
+            elif _terminal(event):
+                break
+            yield event
+            seq += not event.raw
+        effect = self.fault.kind.effect
+        if effect == "stream_drop":
+            raise ConnectionDrop()
+        tail = "chat" if self.api == "chat" else TAILS[(self.api, effect)]
+        error = self.injector.error(self.fault, self.api, self.body)
+        yield from self.injector.tails.events(tail=tail, error=error, first_seq=seq, **ctx)
+
+
+NO_FAULT = Injection()
+
+
+def _responses_token(event: Event) -> bool:
+    return not event.raw and event.data.get("type", "").endswith(".delta")
+
+
+def _chat_token(event: Event) -> bool:
+    if event.raw:
+        return False
+    return any(choice.get("delta", {}).get(key) for choice in event.data.get("choices") or ()
+               for key in ("content", "tool_calls", "refusal", "reasoning_content"))
+
+
+def _terminal(event: Event) -> bool:
+    if event.raw:
+        return True           # [DONE]
+    data = event.data
+    if data.get("type") in TERMINAL_EVENTS:
+        return True
+    choices = data.get("choices")
+    return choices == [] or any(c.get("finish_reason") for c in choices or ())
+
+
+def _cut_response(plan, k: int, semantics: str) -> None:
+    """A Responses plan whose message stops after k tokens: incomplete, reason content_filter."""
+    visible = 0
+    for item in plan.output:
+        if item.kind == "message":
+            item.tokens = item.tokens[:k]
+            item.text = "".join(token.text for token in item.tokens)
+            item.status = "incomplete"
+            visible += len(item.tokens)
+            if item.tokens:
+                plan.end_at = item.tokens[-1].at
+    plan.status, plan.incomplete_reason = "incomplete", "content_filter"
+    plan.usage = _usage(plan.usage, visible, semantics)
+
+
+def _usage(usage, visible: int, semantics: str):
+    from llmsim.plan import Usage
+    new = Usage.make(usage.input_tokens, visible, usage.reasoning_tokens, semantics)
+    new.cached_tokens = usage.cached_tokens
+    return new
+
+
+def _cut_chat(plan, k: int, semantics: str) -> None:
+    """A Chat plan whose choices stop after k tokens with finish_reason content_filter."""
+    from llmsim import chatplan
+    for choice in plan.choices:
+        if choice.text is not None:
+            choice.tokens = choice.tokens[:k]
+            choice.text = "".join(token.text for token in choice.tokens)
+            choice.visible_tokens = len(choice.tokens)
+            choice.end_at = choice.tokens[-1].at if choice.tokens else choice.first_at
+        choice.finish_reason = "content_filter"
+    plan.chunks = chatplan._chunks(plan.choices)
+    plan.end_at = max(choice.end_at for choice in plan.choices)
+    plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)
