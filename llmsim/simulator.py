@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmsim import datafiles, latency
+from llmsim import datafiles, latency, tokens
 from llmsim.clock import Clock
 from llmsim.errors import ConfigError
 from llmsim.faults import FaultInjector, load_kinds
@@ -38,6 +38,8 @@ class Simulator:
             raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
                               f"(allowed: {', '.join(sorted(profiles))})")
         catalogue = Catalogue.load(data / "models.yaml", set(profiles), settings.allow_any_model)
+        for encoding in sorted({model.encoding for model in catalogue} | {"o200k_base"}):
+            tokens.encoding(encoding)  # load the BPE ranks now, not in the first request's TTFT
         rules = ReasoningRules.load(data / "reasoning.yaml")
         templates = TemplateSet(settings.templates_dir)
         return cls(settings, catalogue, profiles, rules, templates, clock or Clock())
