@@ -4,7 +4,7 @@
   base paths need `Authorization: Bearer <key>`; otherwise 401 `invalid_api_key`. `/health`
   and `/llmsim/...` stay open.
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
-  body without a length (chunked) is counted as it arrives and fails with 413 at the limit.
+  chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
 * A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send).
 * `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
   server closes the connection: mid-body for streams, right after the headers otherwise.
@@ -50,8 +50,14 @@ class Guard:
             return await self._deny(scope, send, self._too_large(length.decode("latin-1")))
         if b"content-type" not in headers and scope["method"] in ("POST", "PUT", "PATCH"):
             scope = {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
-        if length is None:
-            receive = self._counting(receive)
+        if length is None and b"transfer-encoding" in headers:
+            # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
+            body = await self._read_chunked(receive)
+            if body is None:
+                return await self._deny(scope, send, self._too_large(f"more than {self.limit}"))
+            receive = _replay(body, receive)
+            scope = {**scope, "headers": [*[(k, v) for k, v in scope["headers"] if k != b"transfer-encoding"],
+                                          (b"content-length", str(len(body)).encode())]}
         started = False
 
         async def tracking_send(message):
@@ -78,18 +84,20 @@ class Guard:
             f"The request body is too large: {length} bytes; the limit is {self.limit} bytes "
             "(setting max_body_bytes).")
 
-    def _counting(self, receive):
-        seen = 0
-
-        async def counted():
-            nonlocal seen
+    async def _read_chunked(self, receive) -> bytes | None:
+        """The whole body, or None once it passes the limit (or the client left)."""
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise self._too_large(f"more than {self.limit}")
-            return message
-        return counted
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
 
     async def _deny(self, scope, send, error: APIError) -> None:
         body = self.render(error)
@@ -102,6 +110,19 @@ class Guard:
             return await send({"type": "websocket.http.response.body", "body": body})
         await send({"type": "http.response.start", "status": error.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes, receive):
+    """A receive channel that hands over the buffered body once, then the real channel."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replayed
 
 
 def _auth_error(headers: dict) -> AuthenticationError:

@@ -1,0 +1,153 @@
+"""Bad input never gets a 500, a traceback, problem+json or plain text: always a 4xx JSON error
+whose message (and, for body fields, `param`) names what is wrong."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+import oai_schemas
+
+JSON = {"content-type": "application/json"}
+OK = {"model": "gpt-4o-mini", "input": "hi"}
+
+
+def body(**fields) -> bytes:
+    return json.dumps({**OK, **fields}).encode()
+
+
+def nested(depth: int) -> bytes:
+    return b'{"model":"gpt-4o-mini","input":' + b"[" * depth + b"]" * depth + b"}"
+
+
+# (case id, raw body, headers, expected status, text the message must contain, expected param)
+CASES = [
+    ("invalid-json", b'{"model": "gpt-4o-mini",', JSON, 400, "parse the JSON body", None),
+    ("not-utf8", b'{"model": "gpt-4o-\xff\xfe"}', JSON, 400, "UTF-8", None),
+    ("lone-surrogate", b'{"model": "gpt-4o-mini", "input": "\\ud800"}', JSON, 400, "JSON", None),
+    ("empty-body", b"", JSON, 400, "required", None),
+    ("array-body", b"[]", JSON, 400, "body", None),
+    ("text-content-type", body(), {"content-type": "text/plain"}, 415, "Content-Type", None),
+    ("form-content-type", b"model=x", {"content-type": "application/x-www-form-urlencoded"}, 415,
+     "application/json", None),
+    ("wrong-type", body(temperature="hot"), JSON, 400, "temperature", "temperature"),
+    ("unknown-enum", body(truncation="sometimes"), JSON, 400, "truncation", "truncation"),
+    ("temperature-above-2", body(temperature=2.5), JSON, 400, "temperature", "temperature"),
+    ("negative-token-cap", body(max_output_tokens=-5), JSON, 400, "max_output_tokens", "max_output_tokens"),
+    ("huge-token-cap", body(max_output_tokens=10**12), JSON, 400, "max_output_tokens", "max_output_tokens"),
+    ("giant-integer", b'{"model": "gpt-4o-mini", "max_output_tokens": 1' + b"0" * 40 + b"}", JSON, 400,
+     "max_output_tokens", "max_output_tokens"),
+    ("too-many-metadata-pairs", body(metadata={f"k{i}": "v" for i in range(17)}), JSON, 400,
+     "metadata", "metadata"),
+    ("long-metadata-value", body(metadata={"k": "v" * 513}), JSON, 400, "metadata.k", "metadata.k"),
+    ("unknown-item-type", body(input=[{"type": "telepathy"}]), JSON, 400, "telepathy", "input[0].type"),
+    ("unknown-tool-type", body(tools=[{"type": "teleporter"}]), JSON, 400, "teleporter", "tools[0].type"),
+    ("unknown-field", body(flavour="vanilla"), JSON, 400, "flavour", "flavour"),
+    ("missing-model", json.dumps({"input": "hi"}).encode(), JSON, 400, "model", "model"),
+    ("nested-100", nested(100), JSON, 400, "nested", None),
+    ("nested-100000", nested(100_000), JSON, 400, "JSON", None),
+    ("nan", b'{"model": "gpt-4o-mini", "temperature": NaN}', JSON, 400, "JSON", None),
+]
+
+
+@pytest.mark.parametrize("raw, headers, status, words, param",
+                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+async def test_malformed_requests_get_a_json_error_naming_the_problem(app_client, raw, headers,
+                                                                      status, words, param):
+    async with app_client() as client:
+        response = await client.post("/v1/responses", content=raw, headers=headers)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()
+    oai_schemas.validate_error_body(error)
+    assert words in error["error"]["message"]
+    if param is not None:
+        assert error["error"]["param"] == param
+
+
+async def test_missing_content_type_is_read_as_json(app_client):
+    async with app_client() as client:
+        response = await client.post("/v1/responses", content=body(), headers={"content-type": ""})
+        bare = await client.post("/v1/responses", content=body())
+    assert bare.status_code == 200, bare.text
+    assert response.status_code in (200, 415)
+
+
+@pytest.mark.parametrize("method, path, status", [
+    ("GET", "/v1/no-such-route", 404), ("GET", "/nowhere", 404), ("POST", "/openai/v1/engines", 404),
+    ("GET", "/v1/responses", 405), ("DELETE", "/v1/models", 405), ("PUT", "/health", 405),
+    ("PATCH", "/openai/v1/responses", 405),
+])
+async def test_unknown_routes_and_methods_get_json_errors(app_client, method, path, status):
+    async with app_client() as client:
+        response = await client.request(method, path)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    oai_schemas.validate_error_body(response.json())
+
+
+async def test_declared_oversized_body_is_refused_before_reading(app_client):
+    async with app_client(max_body_bytes=1000) as client:
+        response = await client.post("/v1/responses", content=body(input="x" * 2000), headers=JSON)
+    assert response.status_code == 413
+    assert "max_body_bytes" in response.json()["error"]["message"]
+
+
+async def test_streamed_oversized_body_is_refused(app_client):
+    async def chunks():
+        yield b'{"model": "gpt-4o-mini", "input": "'
+        for _ in range(50):
+            yield b"x" * 100
+        yield b'"}'
+    async with app_client(max_body_bytes=1000) as client:
+        response = await client.post("/v1/responses", content=chunks(), headers=JSON)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+async def test_body_under_the_limit_is_served_also_when_chunked(app_client):
+    async def chunks():
+        yield body()[:10]
+        yield body()[10:]
+    async with app_client(max_body_bytes=1000) as client:
+        assert (await client.post("/v1/responses", content=body(), headers=JSON)).status_code == 200
+        assert (await client.post("/v1/responses", content=chunks(), headers=JSON)).status_code == 200
+
+
+async def test_dropped_streams_leak_nothing(live_server_factory):
+    """Open many slow streams, hang up on each after the first bytes; the server stays healthy,
+    answers the next request, and (when it keeps stats) has no stream left open."""
+    server = live_server_factory("--ttft-ms", "20", "--tbt-ms", "20", "--target-tokens", "400")
+    payload = {**OK, "stream": True}
+
+    async def open_and_drop(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", "/v1/responses", json=payload) as response:
+            async for _ in response.aiter_bytes():
+                break
+
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        await asyncio.gather(*(open_and_drop(client) for _ in range(40)))
+        await asyncio.sleep(0.5)
+        assert (await client.get("/health")).status_code == 200
+        follow_up = await client.post("/v1/responses", json={**OK, "max_output_tokens": 16})
+        assert follow_up.status_code == 200
+        stats = await client.get("/llmsim/stats")
+    if stats.status_code == 200:
+        active = _find(stats.json(), ("active_streams", "streaming_active", "active"))
+        if active is not None:
+            assert active == 0
+
+
+def _find(value, names):
+    """The first numeric value under one of `names`, searching nested objects."""
+    if isinstance(value, dict):
+        for name in names:
+            if isinstance(value.get(name), (int, float)) and not isinstance(value.get(name), bool):
+                return value[name]
+        for inner in value.values():
+            found = _find(inner, names)
+            if found is not None:
+                return found
+    return None
