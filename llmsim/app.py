@@ -18,7 +18,9 @@ from llmsim import __version__, guard, transport
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
+from llmsim.handlers.conversations import ConversationsHandlers
 from llmsim.handlers.models import ModelsHandlers
+from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
@@ -35,6 +37,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     settings = settings or Settings()
     sim = Simulator.load(settings, clock)
     groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim)}
+    groups["response_store"] = ResponseStoreHandlers(sim)
+    groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]
 
     def resolve(operation_id: str):

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 from llmsim.errors import ConfigError
-from llmsim.settings import Settings
+from llmsim.settings import Settings, for_worker, to_worker_environ
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", dest="api_keys", action="append",
                        help="accept this Bearer API key (repeatable); with none, no authentication")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted (default 32 MiB)")
+    serve.add_argument("--store", help="state store: a SQLite file path or redis://host:port/db "
+                       "(default: a temp SQLite file shared by this server's workers)")
+    serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
+    serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
+    serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     return p
 
 
@@ -66,14 +74,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings) -> int:
+    """Run the server: one process, or `--workers N` processes sharing the port, the
+    embedded store (a temp SQLite file unless `--store` names one) and stats snapshots."""
     import uvicorn
 
     from llmsim.app import create_app
 
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, lifespan="on")
+    with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch:
+        settings = _shared_paths(settings, Path(scratch))
+        app = create_app(settings)      # bad settings fail here, before any worker starts
+        options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
+                       access_log=False, lifespan="on")
+        if settings.workers == 1:
+            uvicorn.run(app, **options)
+        else:
+            os.environ.update(to_worker_environ(settings))
+            uvicorn.run("llmsim.cli:worker_app", factory=True, workers=settings.workers, **options)
     return 0
+
+
+def _shared_paths(settings: Settings, scratch: Path) -> Settings:
+    """What every process of one server shares: the embedded store file and, with workers,
+    the stats snapshot directory (both in this server's scratch directory unless set)."""
+    changes = {}
+    if settings.store is None:
+        changes["store"] = str(scratch / "store.sqlite3")
+    if settings.workers > 1 and settings.stats_dir is None:
+        changes["stats_dir"] = str(scratch / "stats")
+    return settings.replace(**changes) if changes else settings
+
+
+def worker_app():
+    """uvicorn's app factory in each `--workers` process: the settings `serve` handed over."""
+    from llmsim.app import create_app
+    return create_app(for_worker())
 
 
 if __name__ == "__main__":

@@ -121,16 +121,25 @@ def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) 
             f"completion tokens, whereas you provided {cap}.", param=param, code="invalid_value")
 
 
-def plan_response(body: dict, ctx: Context) -> Plan:
-    """Plan a Responses API answer (reasoning item, then the message)."""
+def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
+                  generate: bool = True) -> Plan:
+    """Plan a Responses API answer (reasoning item, then the message).
+
+    `history` is the conversation a `previous_response_id` continues (it counts as input);
+    `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
+    """
     rng, rules = ctx.rng, ctx.rules
-    turns = inputs.responses_turns(body)
+    turns = [*(history or ()), *inputs.responses_turns(body)]
     inputs.check_vision(turns, ctx.model)
     input_tokens = inputs.count(turns, ctx.model.encoding)
     cap = body.get("max_output_tokens")
     check_context(ctx, input_tokens, cap, "max_output_tokens")
     reasoning_req = body.get("reasoning") or {}
     effort = rules.effort(ctx.model, reasoning_req.get("effort"), "reasoning.effort")
+    if not generate:
+        usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
+        return Plan(ids.make("resp_", rng), ctx.created_at, body["model"], body, [], usage,
+                    "completed", None, 0.0, 0.0, effort)
     text = visible_text(ctx, turns, cap)
     reasoning_tokens = rules.tokens(effort, text.tokens)
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))

@@ -8,6 +8,7 @@ where it came from and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -45,6 +46,10 @@ class Settings:
     fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
     api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)
     max_body_bytes: int = 33554432      # larger request bodies get 413
+    store: str | None = None            # SQLite path or redis:// URL (serve: a temp SQLite file)
+    store_max_entries: int = 10000      # stored responses (and conversations) kept
+    store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
+    workers: int = 1                    # server processes sharing the port
 
     @property
     def templates_dir(self) -> Path:
@@ -94,7 +99,7 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         except yaml.YAMLError:
             values[name] = raw
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
-                                                                  "templates", "spec", "profile"):
+                                                                  "templates", "spec", "profile", "store"):
             values[name] = raw
         if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
@@ -111,3 +116,17 @@ def _read_config(path: Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path}: at auth: expected a mapping with the key api_keys")
         doc["api_keys"] = auth.get("api_keys")
     return {key.replace("-", "_"): value for key, value in doc.items()}
+
+
+WORKER_ENV = ENV_PREFIX + "WORKER_SETTINGS"     # not a setting: how `serve` hands settings over
+
+
+def to_worker_environ(settings: Settings) -> dict[str, str]:
+    """Environment for `--workers` processes: every setting, as one JSON value."""
+    return {WORKER_ENV: json.dumps(dataclasses.asdict(settings))}
+
+
+def for_worker(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings `serve` handed over (see `to_worker_environ`)."""
+    environ = os.environ if environ is None else environ
+    return Settings(**json.loads(environ[WORKER_ENV]))

@@ -14,6 +14,8 @@ from llmsim.models import Catalogue
 from llmsim.plan import Context
 from llmsim.reasoning import ReasoningRules
 from llmsim.settings import Settings
+from llmsim.state import ResponseState
+from llmsim.store import open_store
 from llmsim.templates import TemplateSet
 
 # With --seed, timestamps are simulated too (this epoch plus one second per request), so the
@@ -49,6 +51,8 @@ class Simulator:
         self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
         self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
+        self.store = open_store(self.settings)    # stored responses and conversations
+        self.state = ResponseState(self)          # what requests continue and leave (uses store)
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
@@ -59,14 +63,15 @@ class Simulator:
             profile = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
         return profile
 
+    def draw(self) -> tuple[random.Random, int]:
+        """A random generator and a creation time for one request (both fixed by --seed)."""
+        n = next(self._counter)
+        if self._seeded is not None:
+            return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + n
+        return random.Random(), int(self.clock.wall())
+
     def context(self, model_id: str) -> Context:
         """Everything planning needs for one request; raises ModelNotFoundError."""
         model = self.catalogue.get(model_id)
-        n = next(self._counter)
-        if self._seeded is not None:
-            rng = random.Random(self._seeded.getrandbits(64))
-            created = SEEDED_EPOCH + n
-        else:
-            rng = random.Random()
-            created = int(self.clock.wall())
+        rng, created = self.draw()
         return Context(self.settings, model, self.profile_for(model), self.rules, rng, created)

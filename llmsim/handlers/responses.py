@@ -1,4 +1,4 @@
-"""POST /responses."""
+"""POST /responses (stored, chained, in a conversation or in the background: llmsim.state)."""
 from __future__ import annotations
 
 from connexion import request
@@ -6,6 +6,7 @@ from connexion import request
 from llmsim import plan as planning
 from llmsim import transport
 from llmsim.simulator import Simulator
+from llmsim.state import wants_store
 
 
 class ResponsesHandlers:
@@ -17,10 +18,23 @@ class ResponsesHandlers:
         sim = self.sim
         start = sim.clock.now()
         fault = await sim.faults.begin("responses", body, request.headers)
-        plan = fault.shape(planning.plan_response(body, sim.context(body["model"])))
+        prior = await sim.state.prior(body)      # previous_response_id / conversation history
+        ctx = sim.context(body["model"])
+        plan = fault.shape(planning.plan_response(body, ctx, prior.turns))
+        own = sim.state.input_items(body, ctx.rng) if wants_store(body) else []
+        if body.get("background"):
+            events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
+            job, queued = await sim.state.jobs.start(body, prior, own, events, start)
+            return transport.sse_response(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.sse_response(transport.paced(events, start, sim.clock, keepalive))
+            chunks = transport.paced(events, start, sim.clock, keepalive)
+            if wants_store(body):
+                chunks = sim.state.recorded(chunks, body, prior, own)
+            return transport.sse_response(chunks)
         await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body(plan=plan, req=body))
+        response = self.template.body(plan=plan, req=body)
+        await sim.state.save(body, prior, own, response)
+        await sim.state.conclude(body, prior, own, response)
+        return transport.json_response(response)

@@ -1,0 +1,196 @@
+"""Conversation state of the Responses API, over the store: what a request continues
+(`previous_response_id` or `conversation`), and what it leaves behind.
+
+A stored response keeps the items it answered: for a `previous_response_id` chain that is the
+whole history plus its own input, so continuing any response is one look-up. A response in a
+conversation keeps its own input; the conversation holds the rest and gets the input and
+output items appended when the response ends. `store: false` keeps nothing at all.
+
+The WebSocket mode and any other caller use `history(response_id)` (items) or
+`history_turns(response_id)` (turns ready for planning), and `save`/`conclude` to keep what
+it answered.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Sequence
+
+import orjson
+
+from llmsim import ids, inputs, transport
+from llmsim.background import Jobs
+from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
+from llmsim.store import Store, StoredResponse
+from llmsim.templates import Event
+
+# Id prefixes of items the client sent without one.
+ITEM_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
+                 "reasoning": "rs_"}
+CANCEL_ATTEMPTS = 20
+
+
+def response_not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+def conversation_not_found(conversation_id: str, param: str | None = None) -> NotFoundError:
+    return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param=param)
+
+
+def conversation_id(body: dict) -> str | None:
+    ref = body.get("conversation")
+    return ref.get("id") if isinstance(ref, dict) else ref
+
+
+def wants_store(body: dict) -> bool:
+    return body.get("store") is not False
+
+
+@dataclass(slots=True)
+class Prior:
+    """What a request continues: history items (as the API returns them) and where from."""
+    items: list[dict] = field(default_factory=list)
+    source: str = "input"             # "input" (nothing), "previous_response_id" or "conversation"
+    conversation: str | None = None
+
+    @property
+    def turns(self) -> list[inputs.Turn]:
+        return inputs.items_turns(self.items, self.source) if self.items else []
+
+
+class ResponseState:
+    def __init__(self, sim):
+        self.sim = sim
+        self.store: Store = sim.store
+        self.shapes = sim.templates["store"]
+        self.jobs = Jobs(sim, self)
+
+    def render(self, shape: str, **values) -> Any:
+        return self.shapes.body(shape=shape, **values)
+
+    # ---- what a request continues -------------------------------------------------------
+    async def prior(self, body: dict) -> Prior:
+        """Resolve `previous_response_id` / `conversation`; 404 when either names nothing."""
+        previous, conversation = body.get("previous_response_id"), conversation_id(body)
+        if previous and conversation:
+            raise InvalidRequestError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'.", param="conversation",
+                code="mutually_exclusive_parameters")
+        if body.get("background") and not wants_store(body):
+            raise InvalidRequestError("Background responses must be stored: store=false cannot be "
+                                      "used with background=true.", param="background",
+                                      code="unsupported_parameter")
+        if previous:
+            record = await self.store.get_response(previous)
+            if record is None:
+                raise NotFoundError(f"Previous response with id '{previous}' not found.",
+                                    param="previous_response_id", code="previous_response_not_found")
+            if record.active:
+                raise InvalidRequestError(f"Previous response with id '{previous}' is still "
+                                          f"{record.status.replace('_', ' ')}.",
+                                          param="previous_response_id")
+            return Prior(record.history, "previous_response_id")
+        if conversation:
+            items = await self.store.conversation_items(conversation)
+            if items is None:
+                raise conversation_not_found(conversation, "conversation")
+            return Prior(items, "conversation", conversation)
+        return Prior()
+
+    async def history(self, response_id: str) -> list[dict] | None:
+        """The store hook: what a follow-up to `response_id` continues (the items it answered,
+        then its output), or None when no such response is stored (unknown, deleted, expired)."""
+        record = await self.store.get_response(response_id)
+        return None if record is None else record.history
+
+    async def history_turns(self, response_id: str) -> list[inputs.Turn] | None:
+        """`history` as planning turns (`plan_response(..., history=...)`), or None."""
+        items = await self.history(response_id)
+        return None if items is None else inputs.items_turns(items, "previous_response_id")
+
+    # ---- what a request leaves ------------------------------------------------------------
+    def input_items(self, body: dict, rng) -> list[dict]:
+        """The request's own input as stored items, each with an id."""
+        raw = body.get("input")
+        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else (raw or [])
+        return [self.item(item, rng) for item in items]
+
+    def item(self, item: dict, rng) -> dict:
+        item_id = item.get("id") or ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
+        return self.render("stored_item", item=item, item_id=item_id)
+
+    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict,
+                   frames: Sequence[bytes] = ()) -> None:
+        """Keep a response (with its first SSE frames) unless the request said `store: false`."""
+        if not wants_store(body):
+            return
+        answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
+        record = StoredResponse(snapshot["id"], snapshot, answered, bool(body.get("background")),
+                                prior.conversation)
+        await self.store.put_response(record, frames)
+
+    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict) -> None:
+        """A response ended: its input and output join its conversation, if it has one."""
+        if prior.conversation and wants_store(body):
+            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])])
+
+    async def recorded(self, chunks: AsyncIterator[bytes], body: dict, prior: Prior,
+                       own: list[dict]) -> AsyncIterator[bytes]:
+        """Pass an SSE stream through; when it ends, keep its events and final response."""
+        kept: list[bytes] = []
+        async for chunk in chunks:
+            kept.append(chunk)
+            yield chunk
+        frames = split_frames(b"".join(kept))
+        snapshot = latest_snapshot(frames)
+        if snapshot is not None:
+            await self.save(body, prior, own, snapshot, frames)
+            await self.conclude(body, prior, own, snapshot)
+
+    # ---- stored responses -----------------------------------------------------------------
+    async def get(self, response_id: str) -> StoredResponse:
+        record = await self.store.get_response(response_id)
+        if record is None:
+            raise response_not_found(response_id)
+        return record
+
+    async def cancel(self, response_id: str) -> dict:
+        """Cancel a queued or running background response, wherever it runs; cancelling a
+        cancelled one again returns it; anything else is a 400."""
+        for _ in range(CANCEL_ATTEMPTS):
+            record = await self.get(response_id)
+            if not record.background:
+                raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
+            if record.status == "cancelled":
+                return record.response
+            if not record.active:
+                raise InvalidRequestError(f"Cannot cancel a {record.status} response.", param="response_id")
+            cancelled = self.render("cancelled_response", response=record.response)
+            event = self.render("cancelled_event", response=cancelled, seq=record.events)
+            frame = transport.sse_frame(Event(event["type"], event, 0.0))
+            if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
+                self.jobs.interrupt(response_id)
+                return cancelled
+        raise ServerError("The response changed too often to be cancelled; please retry.")
+
+
+def split_frames(stream: bytes) -> list[bytes]:
+    """SSE bytes as one frame per event (keep-alive comments dropped)."""
+    return [frame + b"\n\n" for frame in stream.split(b"\n\n") if frame and not frame.startswith(b":")]
+
+
+def latest_snapshot(frames: Sequence[bytes]) -> dict | None:
+    """The response object of the last lifecycle event (`response.created`, `.completed`, ...):
+    the state a GET returns."""
+    for frame in reversed(frames):
+        if b'"response":{' not in frame:
+            continue
+        _, _, data = frame.partition(b"data: ")
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("response"), dict):
+            return event["response"]
+    return None

@@ -1,0 +1,150 @@
+"""What the stateful Responses API keeps, and the small interface every backend implements.
+
+Records are plain data. A stored response keeps its latest snapshot (the response object a
+`GET` returns), the items it answered (history plus its own input, as item resources) and,
+when it was streamed or ran in the background, its SSE events (one frame per sequence
+number) for `GET ?stream=true` replay. Conversations keep their metadata and items.
+
+Backends bound what they keep: at most `max_entries` responses (and as many conversations),
+the oldest evicted first, each living `ttl_s` seconds after its last write. Anything
+evicted or expired reads as missing (`None`), never as an error. Writes are atomic; the
+one conditional write, `append_events`, is how a background run and a cancel (possibly in
+another process) agree on who ends a response.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import orjson
+
+ACTIVE = ("queued", "in_progress")
+NEVER = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    max_entries: int
+    ttl_s: float | None      # None: entries never expire
+
+    def expires(self, now: float) -> float:
+        return NEVER if self.ttl_s is None else now + self.ttl_s
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    """One stored response: `response` is its latest snapshot; `events` counts its SSE frames."""
+    id: str
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    background: bool = False
+    conversation: str | None = None
+    events: int = 0
+
+    @property
+    def status(self) -> str:
+        return self.response.get("status", "completed")
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def output_items(self) -> list[dict[str, Any]]:
+        return self.response.get("output") or []
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The conversation a follow-up continues: what it answered, then what it said."""
+        return [*self.input_items, *self.output_items]
+
+    def meta_json(self) -> bytes:
+        return orjson.dumps({"input_items": self.input_items, "background": self.background,
+                             "conversation": self.conversation})
+
+    @classmethod
+    def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int) -> "StoredResponse":
+        extra = orjson.loads(meta)
+        return cls(response_id, orjson.loads(response), extra["input_items"], extra["background"],
+                   extra["conversation"], events)
+
+
+@dataclass(slots=True)
+class Conversation:
+    id: str
+    created_at: int
+    metadata: dict[str, str]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"created_at": self.created_at, "metadata": self.metadata})
+
+    @classmethod
+    def from_json(cls, conversation_id: str, raw: bytes) -> "Conversation":
+        doc = orjson.loads(raw)
+        return cls(conversation_id, doc["created_at"], doc["metadata"])
+
+
+class Store(Protocol):
+    """The backend interface (`llmsim.store.sqlite`, `llmsim.store.redis`)."""
+
+    async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
+        """Create (or replace) a response with its first SSE frames."""
+
+    async def get_response(self, response_id: str) -> StoredResponse | None: ...
+
+    async def delete_response(self, response_id: str) -> bool: ...
+
+    async def append_events(self, response_id: str, frames: Sequence[bytes],
+                            snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
+        """Atomically add frames (and a new snapshot) to a response that is still queued or
+        in progress and, with `expect_events`, has exactly that many frames. False otherwise."""
+
+    async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
+        """Frames with sequence number > `after`, and the current status (None: gone)."""
+
+    async def put_conversation(self, conversation: Conversation) -> None:
+        """Create a conversation or update its metadata (items are kept)."""
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
+
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
+        """Append items; False when the conversation is gone."""
+
+    async def conversation_items(self, conversation_id: str) -> list[dict] | None:
+        """All items, oldest first; None when the conversation is gone."""
+
+    async def get_item(self, conversation_id: str, item_id: str) -> dict | None: ...
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Page:
+    items: list[dict]
+    has_more: bool
+
+
+def paginate(items: list[dict], *, after: str | None = None, before: str | None = None,
+             limit: int = 20, order: str = "desc") -> Page | None:
+    """One page of `items` (oldest first) in `order`, strictly after / before the items with
+    those ids; None when a cursor names no item. With only `before`, the page is the `limit`
+    items just before it (the previous page), `has_more` telling whether more precede them."""
+    ordered = items if order == "asc" else items[::-1]
+    ids = [item.get("id") for item in ordered]
+    start, stop = 0, len(ordered)
+    if after is not None:
+        if after not in ids:
+            return None
+        start = ids.index(after) + 1
+    if before is not None:
+        if before not in ids:
+            return None
+        stop = ids.index(before)
+    window = ordered[start:stop]
+    if before is not None and after is None:
+        return Page(window[-limit:], len(window) > limit)
+    return Page(window[:limit], len(window) > limit)
