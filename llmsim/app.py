@@ -19,6 +19,7 @@ from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
 from llmsim.handlers.conversations import ConversationsHandlers
+from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.models import ModelsHandlers
 from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
@@ -36,7 +37,8 @@ PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedE
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> AsyncApp:
     settings = settings or Settings()
     sim = Simulator.load(settings, clock)
-    groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim)}
+    groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim),
+              "chat": ChatHandlers(sim)}
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]

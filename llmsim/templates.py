@@ -44,6 +44,8 @@ OMIT = _Omit()
 _WHOLE_EXPR = re.compile(r"^\{\{(.*)\}\}$", re.S)
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _FOR = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)
+# "prefix{{ dotted.name }}suffix": rendered by concatenation, without a jinja context.
+_ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,10 @@ class Compiler:
             return self.expression(whole.group(1), where)
         if "{{" not in text and "{%" not in text:
             return _Const(text)
+        one = _ONE_NAME.match(text)
+        if one and one.group(2) not in ("omit", "none", "None", "true", "false"):
+            prefix, get, suffix = one.group(1), self.expression(one.group(2), where), one.group(3)
+            return lambda ctx: f"{prefix}{get(ctx)}{suffix}"
         try:
             template = self.env.from_string(text)
         except jinja2.TemplateSyntaxError as exc:

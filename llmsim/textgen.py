@@ -96,6 +96,12 @@ def generate(kind: str, target: int, cap: int | None, inp: GenerationInput, enco
     return Text(tuple(pieces), text, tokens.count(text, encoding_name), truncated)
 
 
+def split(text: str, encoding_name: str) -> list[str]:
+    """`text` cut into its tokens' pieces (one stream delta each)."""
+    enc = tokens.encoding(encoding_name)
+    return _pieces(enc, enc.encode_ordinary(text))
+
+
 def _pieces(enc, ids: list[int]) -> list[str]:
     """Decode token by token; bytes of a split UTF-8 character wait for the next token."""
     out, pending = [], b""

@@ -1,0 +1,22 @@
+"""POST /chat/completions."""
+from __future__ import annotations
+
+from llmsim import chatplan, transport
+from llmsim.simulator import Simulator
+
+
+class ChatHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["chat"]
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.now()
+        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        if body.get("stream"):
+            events = self.template.events(plan=plan, req=body)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            return transport.sse_response(transport.paced(events, start, sim.clock, keepalive))
+        await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body(plan=plan, req=body))
