@@ -33,6 +33,7 @@ def test_an_empty_conversation(client, server):
     assert created.metadata == {}
     page = httpx.get(f"{server.base}/conversations/{created.id}/items").json()
     assert page == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
+    validate("ConversationItemList", page)     # with the empty-list departure (openapi/departures.yaml)
 
 
 def test_update_replaces_the_metadata(client):
