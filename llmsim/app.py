@@ -11,6 +11,7 @@ from connexion import AsyncApp
 import orjson
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
+from connexion.middleware import MiddlewarePosition
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 
@@ -26,6 +27,7 @@ from llmsim.handlers.responses import ResponsesHandlers
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
+from llmsim.websocket import ResponsesSocket, WebSocketRouting
 
 log = logging.getLogger("llmsim")
 BASE_PATHS = ("/openai/v1", "/v1")
@@ -79,6 +81,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=None)
+    # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
+    app.add_middleware(WebSocketRouting, position=MiddlewarePosition.BEFORE_EXCEPTION,
+                       router=ResponsesSocket(sim).router(BASE_PATHS))
     guard.install(app, settings=settings, base_paths=BASE_PATHS,
                   render=lambda exc: orjson.dumps(error_template.body(error=exc)))
     for base in BASE_PATHS:

@@ -32,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
                        help="answer for model names not in the catalogue")
     serve.add_argument("--usage-semantics", help="llmsim (default) or openai")
     serve.add_argument("--keepalive-ms", type=float, help="SSE keep-alive comment interval before the first token")
+    serve.add_argument("--ws-max-age-s", type=float, help="close Responses WebSocket connections after this many seconds (default 3600)")
+    serve.add_argument("--ws-max-connections", type=int, help="refuse WebSocket upgrades beyond this many open connections (default 1000)")
     serve.add_argument("--tool-call-probability", type=float,
                        help="chance 0-1 that tool_choice auto calls a function (default 0.5)")
     serve.add_argument("--errors", type=_yaml, help="fault rates per request, YAML or kind=rate pairs, "

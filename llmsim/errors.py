@@ -5,7 +5,8 @@
     ├── ConfigError            bad settings, data file or template: start-up fails, names file and path
     └── APIError               sent to the client: status, type, code, param, message, headers
         ├── InvalidRequestError        400 invalid_request_error
-        │   └── ContextLengthError     400 context_length_exceeded
+        │   ├── ContextLengthError     400 context_length_exceeded
+        │   └── PreviousResponseNotFoundError  400 previous_response_not_found
         ├── AuthenticationError        401
         ├── PermissionDeniedError      403
         ├── NotFoundError              404
@@ -60,6 +61,14 @@ class InvalidRequestError(APIError):
 
 class ContextLengthError(InvalidRequestError):
     code = "context_length_exceeded"
+
+
+class PreviousResponseNotFoundError(InvalidRequestError):
+    code = "previous_response_not_found"
+
+    def __init__(self, response_id: str):
+        super().__init__(f"Previous response with id '{response_id}' not found.",
+                         param="previous_response_id")
 
 
 class AuthenticationError(APIError):

@@ -42,6 +42,8 @@ class Settings:
     usage_semantics: str = "llmsim"
     keepalive_ms: float | None = None
     tool_call_probability: float = 0.5
+    ws_max_age_s: float = 3600.0        # Responses WebSocket: close connections older than this
+    ws_max_connections: int = 1000      # Responses WebSocket: refuse upgrades beyond this many
     errors: dict | None = None          # fault kind -> probability per request (llmsim.faults)
     fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
     api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)

@@ -98,6 +98,25 @@ def _depth(value, limit: int) -> bool:
     return True
 
 
+def compile_schema(schema: dict):
+    """A validator for an already-resolved request schema, as the HTTP body validator builds it."""
+    return RequestValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+
+
+def check(validator, body: t.Any) -> None:
+    """Raise InvalidRequestError (message naming the field, `param` its path) for the most
+    relevant problem of a parsed JSON body; shared by HTTP and WebSocket `response.create`."""
+    if not _depth(body, MAX_DEPTH):
+        raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
+                                  code="invalid_json")
+    error = best_match(validator.iter_errors(body))
+    if error is not None:
+        message, param = _describe(error)
+        raise InvalidRequestError(message, param=param,
+                                  code="missing_required_parameter" if error.validator == "required"
+                                  else "invalid_value")
+
+
 class BodyValidator(AbstractRequestBodyValidator):
     """JSON body validator with cached compiled schemas and provider-style errors."""
 
@@ -130,12 +149,4 @@ class BodyValidator(AbstractRequestBodyValidator):
         if body is None:
             raise InvalidRequestError("The request body is empty; a JSON object is required.",
                                       code="invalid_json")
-        if not _depth(body, MAX_DEPTH):
-            raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
-                                      code="invalid_json")
-        error = best_match(self._validator.iter_errors(body))
-        if error is not None:
-            message, param = _describe(error)
-            raise InvalidRequestError(message, param=param,
-                                      code="missing_required_parameter" if error.validator == "required"
-                                      else "invalid_value")
+        check(self._validator, body)
