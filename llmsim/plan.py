@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmsim import ids, inputs, latency, textgen
+from llmsim import ids, inputs, latency, textgen, toolcalls
 from llmsim.errors import ContextLengthError, InvalidRequestError
 from llmsim.models import Model
 
@@ -136,10 +136,16 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     check_context(ctx, input_tokens, cap, "max_output_tokens")
     reasoning_req = body.get("reasoning") or {}
     effort = rules.effort(ctx.model, reasoning_req.get("effort"), "reasoning.effort")
+    tool_req = toolcalls.responses_request(body)
     if not generate:
         usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
         return Plan(ids.make("resp_", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
+    names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
+                             turns[-1].role if turns else None)
+    if names:
+        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, ctx.model.encoding),
+                           input_tokens, cap, effort)
     text = visible_text(ctx, turns, cap)
     reasoning_tokens = rules.tokens(effort, text.tokens)
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
@@ -155,6 +161,28 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
                 "incomplete" if text.truncated else "completed",
                 "max_output_tokens" if text.truncated else None,
+                sched.first_token, sched.end, effort)
+
+
+def _plan_calls(body: dict, ctx: Context, calls: list[toolcalls.FunctionCall], input_tokens: int,
+                cap: int | None, effort: str | None) -> Plan:
+    """A Responses answer that calls functions: reasoning item, then one function_call item per call."""
+    if cap is not None:
+        calls = toolcalls.fit(calls, cap, ctx.model.encoding)
+    visible = sum(call.tokens for call in calls)
+    reasoning_tokens = ctx.rules.tokens(effort, visible)
+    sched = latency.schedule(ctx.profile, ctx.rng, reasoning_tokens, toolcalls.units(calls))
+    toolcalls.place(calls, sched.token_times, sched.reasoning_end)
+    response_id = ids.make("resp_", ctx.rng)
+    output: list[Any] = []
+    if reasoning_tokens:
+        summary_kind = (body.get("reasoning") or {}).get("summary")
+        output.append(_reasoning_item(body, ctx, reasoning_tokens, summary_kind, sched))
+    output.extend(calls)
+    cut = toolcalls.truncated(calls)
+    usage = Usage.make(input_tokens, visible, reasoning_tokens, ctx.settings.usage_semantics)
+    return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
+                "incomplete" if cut else "completed", "max_output_tokens" if cut else None,
                 sched.first_token, sched.end, effort)
 
 
