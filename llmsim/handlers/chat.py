@@ -1,6 +1,8 @@
 """POST /chat/completions."""
 from __future__ import annotations
 
+from connexion import request
+
 from llmsim import chatplan, transport
 from llmsim.simulator import Simulator
 
@@ -13,9 +15,10 @@ class ChatHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.now()
-        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        fault = await sim.faults.begin("chat", body, request.headers)
+        plan = fault.shape(chatplan.plan_chat(body, sim.context(body["model"])))
         if body.get("stream"):
-            events = self.template.events(plan=plan, req=body)
+            events = fault.stream(self.template.events(plan=plan, req=body))
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             return transport.sse_response(transport.paced(events, start, sim.clock, keepalive))
         await sim.clock.sleep_until(start + plan.end_at)
