@@ -81,11 +81,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=None)
+    guard.install(app, settings=settings, base_paths=BASE_PATHS,
+                  render=lambda exc: orjson.dumps(error_template.body(error=exc)))
     # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
     app.add_middleware(WebSocketRouting, position=MiddlewarePosition.BEFORE_EXCEPTION,
                        router=ResponsesSocket(sim).router(BASE_PATHS))
-    guard.install(app, settings=settings, base_paths=BASE_PATHS,
-                  render=lambda exc: orjson.dumps(error_template.body(error=exc)))
     for base in BASE_PATHS:
         app.add_api(settings.spec_path, base_path=base, name=base,
                     validator_map={"body": {"application/json": BodyValidator}},

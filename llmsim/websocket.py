@@ -20,6 +20,10 @@ websocket scopes to this module and everything else (HTTP, lifespan) on to conne
   remembered like any other, so the next turn can continue from it.
 * Errors are `templates/websocket.yaml` events (OpenAI's `ResponseWsError`, HTTP status and
   error object as the HTTP envelope would have them); the connection stays usable.
+* Faults (llmsim.faults) apply per `response.create`, triggered by the upgrade request's
+  `x-llmsim-fault` header (every turn), the schedule or the rates: an immediate fault is an
+  error event; mid-stream ones end the turn with `response.failed` or an error event (with
+  `sequence_number`); `stream_drop` closes the socket with 1011.
 * Limits: after `ws_max_age_s` an unfinished response is cut, a
   `websocket_connection_limit_reached` error is sent and the socket closes normally (1000).
   Beyond `ws_max_connections` open sockets, upgrades get HTTP 503 with the JSON error
@@ -40,7 +44,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 
 from llmsim import datafiles, inputs, transport, validation
 from llmsim import plan as planning
-from llmsim.errors import (APIError, ConfigError, InvalidRequestError, NotFoundError,
+from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.simulator import Simulator
 
@@ -48,6 +52,7 @@ log = logging.getLogger("llmsim.websocket")
 CREATE = "response.create"
 REQUEST_SCHEMA = "CreateResponseRequest"
 CLOSE_NORMAL, CLOSE_TRY_AGAIN_LATER = 1000, 1013
+CLOSE_DROPPED = 1011       # an injected stream_drop fault: the socket ends mid-response
 QUEUED_FRAMES = 256          # per connection; beyond this the socket is not read (backpressure)
 GONE = (WebSocketDisconnect, WebSocketDisconnected)
 
@@ -212,6 +217,9 @@ class Connection:
                 await self.respond(raw)
             except GONE:
                 return
+            except ConnectionDrop:
+                await self.websocket.close(CLOSE_DROPPED)
+                return
             except APIError as exc:
                 await self.send_error(exc)
             except Exception:
@@ -222,9 +230,10 @@ class Connection:
         sim = self.sim
         start = sim.clock.now()
         body, generate = parse_frame(raw, self.endpoint.validator)
+        fault = await sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
         history = await self.history(body.get("previous_response_id"))
-        plan = planning.plan_response(body, sim.context(body["model"]), history, generate)
-        events = self.endpoint.responses.events(plan=plan, req=body)
+        plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
+        events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
         await transport.ws_send(self.websocket, events, start, sim.clock)
         self.remember(plan, body, history)
 
