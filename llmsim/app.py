@@ -24,6 +24,7 @@ from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.models import ModelsHandlers
 from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
+from llmsim.methods import AllowedMethods
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]
+    allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS)])   # Allow headers of 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
@@ -69,6 +71,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                       f"'application/json' requests, but you specified the header "
                       f"'Content-Type: {given}'. Please try again with a supported content type.")
         headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
+        allow = allowed.allow(request.url.path) if exc.status == 405 else None
+        if allow:
+            headers = {**{k: v for k, v in headers.items() if k.lower() != "allow"}, "Allow": allow}
         return render_error(cls(detail, status=exc.status, headers=headers))  # e.g. Allow on 405
 
     async def on_http_error(request, exc: HTTPException):

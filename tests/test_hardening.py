@@ -151,3 +151,21 @@ def _find(value, names):
             if found is not None:
                 return found
     return None
+
+
+def _documented_paths():
+    import yaml
+    from llmsim.settings import REPO_DIR
+    doc = yaml.safe_load((REPO_DIR / "openapi" / "openapi.yaml").read_text())
+    return {path: {m.upper() for m in item if m in ("get", "post", "put", "delete", "patch")}
+            for path, item in doc["paths"].items()}
+
+
+@pytest.mark.parametrize("path, documented", sorted(_documented_paths().items()))
+async def test_405_allow_header_lists_every_documented_method(app_client, path, documented):
+    concrete = "/v1" + path.replace("{", "x").replace("}", "")
+    async with app_client() as client:
+        response = await client.request("TRACE", concrete)
+    assert response.status_code == 405
+    allowed = {m.strip() for m in response.headers["allow"].split(",")} - {"HEAD"}
+    assert allowed == documented
