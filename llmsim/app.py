@@ -24,14 +24,17 @@ from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.models import ModelsHandlers
 from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
+from llmsim.handlers.stats import StatsHandlers
+from llmsim.observer import Observer
 from llmsim.methods import AllowedMethods
-from llmsim.settings import Settings
+from llmsim.settings import REPO_DIR, Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
 from llmsim.websocket import ResponsesSocket, WebSocketRouting
 
 log = logging.getLogger("llmsim")
 BASE_PATHS = ("/openai/v1", "/v1")
+ADMIN_SPEC = REPO_DIR / "openapi" / "admin.yaml"     # llmsim's own routes, under /llmsim
 # connexion problems by status, turned into our exception tree.
 PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
             413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}
@@ -44,6 +47,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
               "chat": ChatHandlers(sim)}
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
+    groups["stats"] = StatsHandlers(sim)
     error_template = sim.templates["errors"]
     allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS)])   # Allow headers of 405s
 
@@ -52,6 +56,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         return getattr(groups[group], name)
 
     def render_error(exc: APIError) -> ConnexionResponse:
+        sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
                                  body=orjson.dumps(error_template.body(error=exc)), headers=exc.headers)
 
@@ -86,6 +91,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=None)
+    # Outermost: sees every HTTP request and WebSocket connection (stats, headers, logs).
+    app.add_middleware(Observer, position=MiddlewarePosition.BEFORE_EXCEPTION, sim=sim)
     guard.install(app, settings=settings, base_paths=BASE_PATHS,
                   render=lambda exc: orjson.dumps(error_template.body(error=exc)))
     # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
@@ -99,6 +106,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def health(request):
         return transport.json_response(sim.templates["health"].body(version=__version__))
     app.add_url_rule("/health", "health", health, methods=["GET"])
+    app.add_api(ADMIN_SPEC, base_path="/llmsim", name="/llmsim", strict_validation=False,
+                validate_responses=False)
+    app.add_url_rule("/metrics", "metrics", groups["stats"].metrics, methods=["GET"])  # scrapers' default
 
     app.add_error_handler(APIError, on_api_error)
     app.add_error_handler(ProblemException, on_problem)

@@ -14,6 +14,10 @@ from llmsim.settings import Settings, for_worker, to_worker_environ
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmsim", description="LLM API traffic simulator")
     sub = p.add_subparsers(dest="command", required=True)
+    top = sub.add_parser("top", help="live terminal dashboard of a running server (q quits)")
+    top.add_argument("url", nargs="?", help="the server's root URL (default http://127.0.0.1:8080)")
+    top.add_argument("--interval", type=float, default=0.5, help="seconds between refreshes (default 0.5)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
     serve = sub.add_parser("serve", help="run the simulator server")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8080)")
@@ -32,6 +36,11 @@ def parser() -> argparse.ArgumentParser:
                        help="answer for model names not in the catalogue")
     serve.add_argument("--usage-semantics", help="llmsim (default) or openai")
     serve.add_argument("--keepalive-ms", type=float, help="SSE keep-alive comment interval before the first token")
+    serve.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=None,
+                       help="keep live stats for /llmsim/stats and /metrics (default on)")
+    serve.add_argument("--trace", metavar="FILE", help="append one JSONL line per request (intended timing)")
+    serve.add_argument("--log-format", help="access log on stderr: off (default), text or json")
+    serve.add_argument("--stats-dir", help="directory where worker processes share stats snapshots")
     serve.add_argument("--ws-max-age-s", type=float, help="close Responses WebSocket connections after this many seconds (default 3600)")
     serve.add_argument("--ws-max-connections", type=int, help="refuse WebSocket upgrades beyond this many open connections (default 1000)")
     serve.add_argument("--tool-call-probability", type=float,
@@ -67,6 +76,9 @@ def _yaml(text: str):
 def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
+    if command == "top":                    # a client of a running server: no settings
+        from llmsim.dashboard import main as top
+        return top(**args)
     try:
         settings = Settings.load(args)
         if command == "serve":

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from llmsim import datafiles
 from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
+from llmsim.stats import fault_injected
 from llmsim.templates import Event, Template
 
 HEADER = "x-llmsim-fault"
@@ -74,6 +75,7 @@ class Fault:
 
 class InjectedFault(APIError):
     """An error the simulator sends on purpose (rendered like any APIError)."""
+    injected = True                   # counted apart from real errors in /llmsim/stats
 
 
 class _Vars(dict):
@@ -240,6 +242,7 @@ class FaultInjector:
         if fault is None:
             return NO_FAULT
         self.injected[fault.kind.name] += 1
+        fault_injected(fault.kind.name)  # live stats: errors.injected, the request's trace line
         effect = fault.kind.effect
         streaming = api == "websocket" or bool(body.get("stream"))
         if effect == "timeout":

@@ -42,6 +42,10 @@ class Settings:
     usage_semantics: str = "llmsim"
     keepalive_ms: float | None = None
     tool_call_probability: float = 0.5
+    metrics: bool = True                # live stats (/llmsim/stats, /metrics); off: headers only
+    trace: str | None = None            # JSONL file, one line per request: intended vs actual
+    log_format: str = "off"             # access log on stderr: off | text | json
+    stats_dir: str | None = None        # where --workers share stats snapshots (serve sets one)
     ws_max_age_s: float = 3600.0        # Responses WebSocket: close connections older than this
     ws_max_connections: int = 1000      # Responses WebSocket: refuse upgrades beyond this many
     errors: dict | None = None          # fault kind -> probability per request (llmsim.faults)
@@ -101,7 +105,8 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         except yaml.YAMLError:
             values[name] = raw
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
-                                                                  "templates", "spec", "profile", "store"):
+                                                                  "templates", "spec", "profile", "store",
+                                                                  "trace", "stats_dir", "log_format"):
             values[name] = raw
         if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]

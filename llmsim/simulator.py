@@ -14,6 +14,7 @@ from llmsim.models import Catalogue
 from llmsim.plan import Context
 from llmsim.reasoning import ReasoningRules
 from llmsim.settings import Settings
+from llmsim.stats import Stats
 from llmsim.state import ResponseState
 from llmsim.store import open_store
 from llmsim.templates import TemplateSet
@@ -49,6 +50,7 @@ class Simulator:
     def __post_init__(self):
         self._counter = itertools.count()
         self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
+        self.stats = Stats(self.settings.metrics, self.settings.stats_dir)
         self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
         self.store = open_store(self.settings)    # stored responses and conversations

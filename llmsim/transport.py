@@ -31,21 +31,25 @@ def sse_frame(event: Event) -> bytes:
 
 
 async def due_batches(events: Iterable[Event], start: float, clock: Clock,
-                      keepalive: float | None = None) -> AsyncIterator[list[Event]]:
+                      keepalive: float | None = None, lateness=None) -> AsyncIterator[list[Event]]:
     """The one pacing loop (SSE and WebSocket): lists of events, each list sent when its
     first event is due (`start + event.at`); events already due travel together.
 
     With `keepalive` (seconds), an empty list is yielded every `keepalive` seconds while
-    waiting for the first token (SSE turns it into a comment line).
+    waiting for the first token (SSE turns it into a comment line). With `lateness` (a
+    `stats.Histogram`), each batch records how late it went out: now minus its first due time.
     """
     batch: list[Event] = []
     first = True
     dropped: list[ConnectionDrop] = []
     events = _until_drop(events, dropped)     # a drop still sends what was due before it
+    batch_due = start
     for event in events:
         due = start + event.at
         if due > clock.now():
             if batch:
+                if lateness is not None:
+                    lateness.observe(max(0.0, clock.now() - batch_due))
                 yield batch
                 batch = []
             if keepalive and first:
@@ -54,8 +58,12 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock,
                     yield []
             await clock.sleep_until(due)
             first = False
+        if not batch:
+            batch_due = due
         batch.append(event)
     if batch:
+        if lateness is not None:
+            lateness.observe(max(0.0, clock.now() - batch_due))
         yield batch
     if dropped:
         raise dropped[0]
@@ -69,12 +77,12 @@ def _until_drop(events: Iterable[Event], dropped: list) -> Iterator[Event]:
 
 
 async def paced(events: Iterable[Event], start: float, clock: Clock,
-                keepalive: float | None = None) -> AsyncIterator[bytes]:
+                keepalive: float | None = None, lateness=None) -> AsyncIterator[bytes]:
     """SSE bytes, each event written at its deadline; due events are batched into one chunk.
 
     With `keepalive` (seconds), comment lines go out while waiting for the first token.
     """
-    async for batch in due_batches(events, start, clock, keepalive):
+    async for batch in due_batches(events, start, clock, keepalive, lateness):
         if batch:
             yield b"".join(map(sse_frame, batch))
         else:
@@ -86,10 +94,11 @@ def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> S
                              headers={**SSE_HEADERS, **(headers or {})})
 
 
-async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock) -> None:
+async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock,
+                  lateness=None) -> None:
     """Each JSON event as one WebSocket text frame, at its deadline (the same pacing as SSE;
     raw SSE-only lines such as `[DONE]` have no WebSocket form and are skipped)."""
-    async for batch in due_batches(events, start, clock):
+    async for batch in due_batches(events, start, clock, lateness=lateness):
         for event in batch:
             if not event.raw:
                 await websocket.send_text(orjson.dumps(event.data).decode())

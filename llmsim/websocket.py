@@ -234,7 +234,8 @@ class Connection:
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
         events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
-        await transport.ws_send(self.websocket, events, start, sim.clock)
+        sim.stats.record(plan, "websocket", True)
+        await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
         self.remember(plan, body, history)
 
     async def history(self, previous_id: str | None) -> list[inputs.Turn]:
@@ -258,6 +259,8 @@ class Connection:
                                            *inputs.items_turns(output, "output")])
 
     async def send_error(self, exc: APIError) -> None:
+        if not getattr(exc, "injected", False):       # injected faults count when they are chosen
+            self.sim.stats.error(exc.code or exc.type)
         await self.websocket.send_text(orjson.dumps(self.endpoint.ws_errors.body(error=exc)).decode())
 
 

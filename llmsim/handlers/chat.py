@@ -17,9 +17,11 @@ class ChatHandlers:
         start = sim.clock.now()
         fault = await sim.faults.begin("chat", body, request.headers)
         plan = fault.shape(chatplan.plan_chat(body, sim.context(body["model"])))
+        sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body))
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.sse_response(transport.paced(events, start, sim.clock, keepalive))
+            return transport.sse_response(transport.paced(events, start, sim.clock, keepalive,
+                                                          sim.stats.lateness))
         await sim.clock.sleep_until(start + plan.end_at)
         return transport.json_response(self.template.body(plan=plan, req=body))

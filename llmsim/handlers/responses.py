@@ -22,6 +22,7 @@ class ResponsesHandlers:
         ctx = sim.context(body["model"])
         plan = fault.shape(planning.plan_response(body, ctx, prior.turns))
         own = sim.state.input_items(body, ctx.rng) if wants_store(body) else []
+        sim.stats.record(plan, "responses", bool(body.get("stream")))
         if body.get("background"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
@@ -29,7 +30,7 @@ class ResponsesHandlers:
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            chunks = transport.paced(events, start, sim.clock, keepalive)
+            chunks = transport.paced(events, start, sim.clock, keepalive, sim.stats.lateness)
             if wants_store(body):
                 chunks = sim.state.recorded(chunks, body, prior, own)
             return transport.sse_response(chunks)

@@ -1,0 +1,21 @@
+"""GET /llmsim/stats (JSON) and /llmsim/metrics, /metrics (Prometheus text)."""
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from llmsim import metrics, statsview, transport
+from llmsim.simulator import Simulator
+
+
+class StatsHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["stats"]
+
+    async def get(self):
+        view = statsview.view(statsview.gather(self.sim.stats))
+        return transport.json_response(self.template.body(view=view))
+
+    async def metrics(self, request=None):
+        body = metrics.exposition(statsview.gather(self.sim.stats))
+        return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -1,0 +1,118 @@
+"""The one ASGI middleware that watches every API request and WebSocket connection.
+
+Per HTTP request it opens an `Exchange` (visible to handlers through `stats.current()`),
+adds the ground-truth headers when the response starts, and when the request ends feeds
+`Stats`, the trace file and the access log (each only when switched on).
+
+Headers on every API answer: `x-request-id` (the client's, else a new `req_...`) and
+`openai-processing-ms` (measured time until the headers). On planned answers, the intended
+values: `x-llmsim-ttft-ms`, `x-llmsim-duration-ms` and `x-llmsim-tokens` (visible
+completion tokens). Streams send headers before the body, so they carry them too.
+"""
+from __future__ import annotations
+
+import random
+import time
+
+from llmsim.requestlog import AccessLog, Trace
+from llmsim.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
+
+ADMIN_PATHS = frozenset({"/metrics", "/health"})
+ADMIN_PREFIX = "/llmsim/"
+API_PREFIXES = ("/openai/v1/", "/v1/")
+ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
+             "conversations": "conversations", "realtime": "realtime"}
+REQUEST_ID = b"x-request-id"
+
+
+def endpoint_of(path: str) -> str:
+    for prefix in API_PREFIXES:
+        if path.startswith(prefix):
+            return ENDPOINTS.get(path[len(prefix):].split("/", 1)[0], "other")
+    return "other"
+
+
+def _ms(seconds: float) -> bytes:
+    return f"{seconds * 1000.0:.3f}".encode()
+
+
+class Observer:
+    def __init__(self, app, sim):
+        self.app = app
+        self.stats: Stats = sim.stats
+        self.counting = self.stats.enabled
+        settings = sim.settings
+        writers = []
+        if settings.trace:
+            writers.append(Trace(settings.trace))
+        if settings.log_format and settings.log_format != "off":
+            writers.append(AccessLog(settings.log_format))
+        self.writers = tuple(writers)
+        self._rng = random.Random()
+
+    def request_id(self, scope) -> str:
+        for name, value in scope["headers"]:
+            if name == REQUEST_ID and value:
+                return value.decode("latin-1")
+        return f"req_{self._rng.getrandbits(128):032x}"
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        path = scope.get("path", "")
+        if kind == "http" and not (path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX)):
+            await self._http(scope, receive, send, path)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send, path)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope, receive, send, path: str):
+        ex = Exchange(self.request_id(scope), "http", scope["method"], path, endpoint_of(path),
+                      self.stats)
+        token = CURRENT.set(ex)
+        if self.counting:
+            self.stats.request_started()
+
+        async def observed_send(message):
+            if message["type"] == "http.response.start":
+                ex.status = message["status"]
+                headers = message["headers"] = list(message.get("headers", ()))
+                headers.append((REQUEST_ID, ex.id.encode("latin-1")))
+                headers.append((b"openai-processing-ms",
+                                str(int((time.perf_counter() - ex.start) * 1000)).encode()))
+                plan = ex.plan
+                if plan is not None:
+                    headers.append((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)))
+                    headers.append((b"x-llmsim-duration-ms", _ms(plan.end_at)))
+                    headers.append((b"x-llmsim-tokens", str(output_tokens(plan.usage)[0]).encode()))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            CURRENT.reset(token)
+            if self.counting:
+                self.stats.request_finished(ex, time.perf_counter() - ex.start)
+            if self.writers:
+                end = ex.wall + (time.perf_counter() - ex.start)
+                for writer in self.writers:
+                    writer.write(ex, end)
+
+    async def _websocket(self, scope, receive, send, path: str):
+        ex = Exchange(self.request_id(scope), WEBSOCKET, "WS", path, "websocket", self.stats)
+        token = CURRENT.set(ex)
+        stats = self.stats
+
+        async def observed_send(message):
+            if message["type"] == "websocket.accept" and not ex.status:
+                ex.status = 101
+                if self.counting:
+                    stats.ws_opened()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            CURRENT.reset(token)
+            if ex.status and self.counting:
+                stats.ws_closed()

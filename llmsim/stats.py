@@ -1,0 +1,312 @@
+"""Live counters behind /llmsim/stats and /metrics: cheap to feed, merged across workers.
+
+Fed by the `observer` middleware (one call when an HTTP request or WebSocket connection
+starts and one when it ends), by the few places that know the plan (`record`, `error`)
+and by the SSE pacer (`lateness.observe`, once per written batch). State is plain ints and
+fixed-bucket histograms, so a request costs a few dozen increments and no allocation per
+token. `snapshot()` is that state as plain data; under `--workers N` each worker writes its
+snapshot to `stats_dir` every `SHARE_INTERVAL` seconds and whichever worker answers merges
+its own live snapshot with the others' files (`statsview.gather`).
+
+Requests are the API's: /llmsim/*, /metrics and /health are not counted.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import time
+from bisect import bisect_left
+from pathlib import Path
+
+import orjson
+
+MAX_MODELS = 50           # per-model slots; later names share the "other" slot
+OTHER_MODEL = "other"
+RING = 64                 # seconds of per-second history (rates and sparklines)
+SHARE_INTERVAL = 0.25     # seconds between snapshot files under --workers
+STREAM, PLAIN, WEBSOCKET = "stream", "plain", "websocket"
+
+
+def _bounds() -> tuple[float, ...]:
+    mantissas = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0)
+    return tuple(round(m * 10.0 ** e, 9) for e in range(-5, 4) for m in mantissas) + (1e4,)
+
+
+BOUNDS = _bounds()        # histogram upper bounds in seconds (10 us .. 10,000 s, ~25% apart)
+
+
+class Histogram:
+    """Counts per fixed bucket (`BOUNDS`, then +Inf), with sum, min and max."""
+    __slots__ = ("counts", "total", "min", "max")
+
+    def __init__(self):
+        self.counts = [0] * (len(BOUNDS) + 1)
+        self.total = 0.0
+        self.min = float("inf")
+        self.max = 0.0
+
+    def observe(self, seconds: float, n: int = 1) -> None:
+        self.counts[bisect_left(BOUNDS, seconds)] += n
+        self.total += seconds * n
+        if seconds > self.max:
+            self.max = seconds
+        if seconds < self.min:
+            self.min = seconds
+
+    def observe_gaps(self, tokens) -> None:
+        """One observation per gap between consecutive tokens (objects with `.at`)."""
+        if len(tokens) < 2:
+            return
+        counts, bounds = self.counts, BOUNDS
+        lo, hi = self.min, self.max
+        prev = first = tokens[0].at
+        for token in tokens[1:]:
+            t = token.at
+            gap = t - prev
+            counts[bisect_left(bounds, gap)] += 1
+            if gap > hi:
+                hi = gap
+            if gap < lo:
+                lo = gap
+            prev = t
+        self.total += prev - first
+        self.min, self.max = lo, hi
+
+    def snapshot(self) -> dict:
+        return {"counts": [[i, c] for i, c in enumerate(self.counts) if c], "sum": self.total,
+                "min": self.min if self.min != float("inf") else None, "max": self.max}
+
+
+class Ring:
+    """Per-second counts (requests, output tokens, errors) for the last `RING` wall seconds."""
+    __slots__ = ("stamps", "requests", "tokens", "errors")
+
+    def __init__(self):
+        self.stamps = [-1] * RING
+        self.requests = [0] * RING
+        self.tokens = [0] * RING
+        self.errors = [0] * RING
+
+    def add(self, requests: int, tokens: int, errors: int) -> None:
+        second = int(time.time())
+        i = second % RING
+        if self.stamps[i] != second:
+            self.stamps[i] = second
+            self.requests[i] = self.tokens[i] = self.errors[i] = 0
+        self.requests[i] += requests
+        self.tokens[i] += tokens
+        self.errors[i] += errors
+
+    def snapshot(self) -> dict:
+        return {str(s): [self.requests[i], self.tokens[i], self.errors[i]]
+                for i, s in enumerate(self.stamps) if s >= 0}
+
+
+class ModelStats:
+    __slots__ = ("requests", "prompt", "completion", "reasoning", "running", "ttft", "itl", "e2e")
+
+    def __init__(self):
+        self.requests = self.prompt = self.completion = self.reasoning = self.running = 0
+        self.ttft, self.itl, self.e2e = Histogram(), Histogram(), Histogram()
+
+    def snapshot(self) -> dict:
+        return {"requests": self.requests, "prompt": self.prompt, "completion": self.completion,
+                "reasoning": self.reasoning, "running": self.running, "ttft": self.ttft.snapshot(),
+                "itl": self.itl.snapshot(), "e2e": self.e2e.snapshot()}
+
+
+class Exchange:
+    """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
+    __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
+                 "stream", "error", "injected", "model", "stats")
+
+    def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
+                 stats: "Stats | None" = None):
+        self.id, self.kind, self.method, self.path, self.endpoint = request_id, kind, method, path, endpoint
+        self.stats = stats
+        self.start = time.perf_counter()
+        self.wall = time.time()
+        self.status = 0                 # 0 until the response starts (or if it never does)
+        self.plan = self.error = self.model = None
+        self.stream = self.injected = False
+
+
+CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)
+
+
+def current() -> Exchange | None:
+    """The exchange being served (None outside a request)."""
+    return CURRENT.get()
+
+
+def fault_injected(kind: str) -> None:
+    """A simulated fault of `kind` was chosen for the current request or WebSocket turn
+    (called by `llmsim.faults`, once per fault, whatever it then does)."""
+    ex = CURRENT.get()
+    if ex is not None and ex.stats is not None:
+        ex.stats.error(kind, injected=True)
+
+
+def output_tokens(usage) -> tuple[int, int]:
+    """(visible completion tokens, reasoning tokens), whatever the usage semantics."""
+    reasoning = usage.reasoning_tokens
+    return usage.total_tokens - usage.input_tokens - reasoning, reasoning
+
+
+def token_lists(plan) -> list[list]:
+    """The visible token lists of a plan (each with `.at` due times): Responses message
+    items, or Chat choices. Function-call arguments are not counted as tokens here."""
+    items = getattr(plan, "choices", None)
+    if items is None:
+        items = plan.output
+    return [tokens for item in items if isinstance(tokens := getattr(item, "tokens", None), list)]
+
+
+class Stats:
+    """The counters of one process. With `enabled=False` only exchanges are annotated."""
+
+    def __init__(self, enabled: bool = True, share_dir: str | None = None):
+        self.enabled = enabled
+        self.share_dir = Path(share_dir) if share_dir and enabled else None
+        self.lateness = Histogram() if enabled else None   # read by the SSE pacer
+        self.started = time.time()
+        self.requests = self.streaming = self.active = self.active_streams = 0
+        self.ws_connections = self.ws_active = self.ws_turns = 0
+        self.status = [0] * 6                                # responses by status // 100
+        self.endpoints: dict[str, list[int]] = {}           # name -> [requests, streaming, errors]
+        self.errors: dict[str, int] = {}
+        self.injected: dict[str, int] = {}
+        self.models: dict[str, ModelStats] = {}
+        self.http = Histogram()
+        self.ring = Ring()
+        self._sharing = False
+
+    # -- fed by the observer middleware -------------------------------------------------
+    def request_started(self) -> None:
+        self.active += 1
+        if self.share_dir is not None and not self._sharing:
+            self._start_sharing()
+
+    def request_finished(self, ex: Exchange, seconds: float) -> None:
+        self.active -= 1
+        self.requests += 1
+        self.http.observe(seconds)
+        self.status[ex.status // 100] += 1
+        counts = self.endpoints.get(ex.endpoint)
+        if counts is None:
+            counts = self.endpoints[ex.endpoint] = [0, 0, 0]
+        counts[0] += 1
+        failed = 0
+        if ex.error is None and (ex.status >= 400 or not ex.status):
+            self._count_error(f"http_{ex.status}" if ex.status else "no_response", False)
+        if ex.error is not None or ex.status >= 400 or not ex.status:
+            counts[2] += 1
+            failed = 1
+        tokens = 0
+        if ex.model is not None:
+            ex.model.running -= 1
+            usage = ex.plan.usage
+            tokens = usage.total_tokens - usage.input_tokens
+            if ex.stream:
+                self.active_streams -= 1
+                counts[1] += 1
+                self.streaming += 1
+        self.ring.add(1, tokens, failed)
+
+    def ws_opened(self) -> None:
+        self.ws_connections += 1
+        self.ws_active += 1
+        if self.share_dir is not None and not self._sharing:
+            self._start_sharing()
+
+    def ws_closed(self) -> None:
+        self.ws_active -= 1
+
+    # -- fed by the code that knows the plan ----------------------------------------------
+    def record(self, plan, endpoint: str, stream: bool = False) -> None:
+        """A planned answer: tokens, simulated TTFT, gaps and duration, per model."""
+        ex = CURRENT.get()
+        http = ex is not None and ex.kind != WEBSOCKET and ex.plan is None
+        if http:
+            ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
+        if not self.enabled:
+            return
+        m = self.models.get(plan.model)
+        if m is None:
+            name = plan.model if len(self.models) < MAX_MODELS else OTHER_MODEL
+            m = self.models.get(name) or self.models.setdefault(name, ModelStats())
+        usage = plan.usage
+        completion, reasoning = output_tokens(usage)
+        m.requests += 1
+        m.prompt += usage.input_tokens
+        m.completion += completion
+        m.reasoning += reasoning
+        m.ttft.observe(plan.first_token_at)
+        m.e2e.observe(plan.end_at)
+        if plan.end_at == plan.first_token_at:          # all at once (e.g. --profile instant)
+            gaps = sum(len(tokens) - 1 for tokens in token_lists(plan) if tokens)
+            if gaps > 0:
+                m.itl.observe(0.0, gaps)
+        else:
+            for tokens in token_lists(plan):
+                m.itl.observe_gaps(tokens)
+        if http:
+            ex.model = m
+            m.running += 1
+            if stream:
+                self.active_streams += 1
+        else:                                   # a WebSocket turn
+            self.ws_turns += 1
+            self.ring.add(0, completion + reasoning, 0)
+
+    def error(self, kind: str, *, injected: bool = False) -> None:
+        """An error answer of `kind` (an error code); `injected` for simulated faults."""
+        ex = CURRENT.get()
+        if ex is not None and ex.kind != WEBSOCKET:
+            if ex.error is not None:
+                return                          # already counted for this request
+            ex.error, ex.injected = kind, injected
+        if self.enabled:
+            self._count_error(kind, injected)
+            if ex is None or ex.kind == WEBSOCKET:
+                self.ring.add(0, 0, 1)
+
+    def _count_error(self, kind: str, injected: bool) -> None:
+        table = self.injected if injected else self.errors
+        table[kind] = table.get(kind, 0) + 1
+
+    # -- read side -----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """This process's state as plain data (what `statsview.merge` combines)."""
+        return {
+            "pid": os.getpid(), "started": self.started, "enabled": self.enabled,
+            "requests": self.requests, "streaming": self.streaming, "active": self.active,
+            "active_streams": self.active_streams, "ws_connections": self.ws_connections,
+            "ws_active": self.ws_active, "ws_turns": self.ws_turns, "status": {f"{i}xx" if i else "none": n for i, n in enumerate(self.status) if n},
+            "endpoints": {k: list(v) for k, v in self.endpoints.items()},
+            "errors": dict(self.errors), "injected": dict(self.injected),
+            "models": {k: m.snapshot() for k, m in self.models.items()},
+            "http": self.http.snapshot(),
+            "lateness": (self.lateness or Histogram()).snapshot(),
+            "ring": self.ring.snapshot(),
+        }
+
+    def _start_sharing(self) -> None:
+        self._sharing = True
+        self.share_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+
+        def tick():
+            self.write_share()
+            loop.call_later(SHARE_INTERVAL, tick)
+        loop.call_later(SHARE_INTERVAL, tick)
+
+    def write_share(self) -> None:
+        """Write this worker's snapshot where the other workers read it (atomic rename)."""
+        if self.share_dir is None:
+            return
+        path = self.share_dir / f"{os.getpid()}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(self.snapshot()))
+        os.replace(tmp, path)
