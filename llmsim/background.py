@@ -121,8 +121,9 @@ class Jobs:
         if job is not None and job.task is not None:
             job.task.cancel()
 
-    async def follow(self, response_id: str, after: int) -> AsyncIterator[bytes]:
-        """SSE bytes of the events after sequence number `after`, until the response ends."""
+    async def follow(self, response_id: str, after: int, live: bool = True) -> AsyncIterator[bytes]:
+        """SSE bytes of the events after sequence number `after`: until the response ends when
+        `live` (a background response, possibly running in another process), else those stored."""
         job = self.running.get(response_id)
         if job is not None:
             async for chunk in job.follow(after):
@@ -134,7 +135,7 @@ class Jobs:
             if frames:
                 after += len(frames)
                 yield b"".join(frames)
-            if status not in ACTIVE:
+            if status not in ACTIVE or not live:
                 return
             if not frames:
                 await clock.sleep_until(clock.now() + POLL_S)

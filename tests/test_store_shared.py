@@ -79,6 +79,21 @@ def test_a_conversation_is_shared(pair):
                      ("assistant", response.output_text)]
 
 
+def test_concurrent_writes_from_both_processes_all_land_intact(pair):
+    from concurrent.futures import ThreadPoolExecutor
+    conversation = pair[0].client().conversations.create()
+    clients = [server.client() for server in pair]
+
+    def add(n: int):
+        return clients[n % 2].conversations.items.create(
+            conversation.id, items=[{"role": "user", "content": f"item {n}"}]).data[0].id
+    with ThreadPoolExecutor(16) as pool:
+        added = set(pool.map(add, range(40)))
+    listed = list(clients[1].conversations.items.list(conversation.id, limit=100))
+    assert {i.id for i in listed} == added
+    assert sorted(i.content[0].text for i in listed) == sorted(f"item {n}" for n in range(40))
+
+
 def test_a_deletion_is_seen_by_the_other_process(pair):
     one, other = pair[0].client(), pair[1].client()
     created = one.responses.create(model=MODEL, input="Delete me elsewhere.")
