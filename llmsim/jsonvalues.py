@@ -8,6 +8,10 @@ forms of `exclusive*`, `multipleOf`), strings (`minLength`/`maxLength`, `format`
 `#/definitions/...`), `allOf`, `anyOf`/`oneOf`, `nullable`. Required properties are
 always present, optional ones on a coin flip (never below `depth` MAX_DEPTH, which also
 stops recursive schemas). Every choice comes from `rng`, so a seed fixes the value.
+
+Sizes are bounded whatever the schema asks (MAX_SIZE items, properties or characters,
+HARD_DEPTH levels of required nesting): beyond them a value may not validate, but a
+hostile schema cannot exhaust memory or the stack.
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
 MAX_DEPTH = 6
+HARD_DEPTH = 24
+MAX_SIZE = 1000
 CITIES = ("Paris, France", "Tokyo, Japan", "Lisbon, Portugal", "Nairobi, Kenya", "Toronto, Canada",
           "Santiago, Chile", "Oslo, Norway", "Seoul, South Korea", "Austin, TX", "Melbourne, Australia")
 WORDS = ("alpha", "bravo", "delta", "river", "signal", "garden", "engine", "planet", "letter",
@@ -31,8 +37,11 @@ EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
 def value(schema: Any, rng: random.Random) -> Any:
-    """A value of `schema` drawn from `rng`."""
-    return _Maker(schema if isinstance(schema, dict) else {}, rng).make(schema, 0, "")
+    """A value of `schema` drawn from `rng` (None when the schema is too malformed to follow)."""
+    try:
+        return _Maker(schema if isinstance(schema, dict) else {}, rng).make(schema, 0, "")
+    except (AttributeError, TypeError, ValueError, LookupError, ArithmeticError, RecursionError):
+        return None
 
 
 class _Maker:
@@ -43,7 +52,7 @@ class _Maker:
     def make(self, schema: Any, depth: int, name: str) -> Any:
         if schema is True or schema is None or schema == {}:
             return self._string({}, depth, name)
-        if schema is False or not isinstance(schema, dict):
+        if schema is False or not isinstance(schema, dict) or depth > HARD_DEPTH:
             return None
         schema = self._resolve(schema)
         if "allOf" in schema:
@@ -119,7 +128,7 @@ class _Maker:
                 out[key] = self.make(schema.get("additionalProperties", {}) if
                                      isinstance(schema.get("additionalProperties"), dict) else {},
                                      depth + 1, key)
-        want = schema.get("minProperties") or 0
+        want = min(schema.get("minProperties") or 0, MAX_SIZE)
         spare = [k for k in props if k not in out]
         while len(out) < want and spare:
             key = spare.pop(0)
@@ -134,7 +143,7 @@ class _Maker:
     def _array(self, schema: dict, depth: int, name: str) -> list:
         items = schema.get("items")
         prefix = schema.get("prefixItems") or (items if isinstance(items, list) else None)
-        lo = schema.get("minItems", 0)
+        lo = min(schema.get("minItems", 0), MAX_SIZE)
         hi = schema.get("maxItems")
         if prefix is not None:
             out = [self.make(s, depth + 1, name) for s in prefix[: hi if hi is not None else len(prefix)]]
@@ -196,7 +205,7 @@ class _Maker:
             text = rng.choice(CITIES)
         else:
             text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
-        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        lo, hi = min(schema.get("minLength", 0), MAX_SIZE), schema.get("maxLength")
         if len(text) < lo:
             text += "x" * (lo - len(text))
         if hi is not None and len(text) > hi:
@@ -293,6 +302,7 @@ def _emit(items, rng: random.Random) -> str:
             out.append(_choose_in(arg, rng))
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             lo, hi, sub = arg
+            lo = min(lo, MAX_SIZE)
             hi = min(hi, lo + _MAX_REPEAT) if hi != sre_parse.MAXREPEAT else lo + _MAX_REPEAT
             out.extend(_emit(sub, rng) for _ in range(rng.randint(lo, max(lo, hi))))
         elif name == "SUBPATTERN":

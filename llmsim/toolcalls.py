@@ -21,6 +21,7 @@ accepted and echoed, never called.
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,11 +145,19 @@ def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding:
         schema = req.functions.get(name) or EMPTY_PARAMETERS
         if "type" not in schema:
             schema = {"type": "object", **schema}
-        arguments = orjson.dumps(jsonvalues.value(schema, rng)).decode()
+        value = jsonvalues.value(schema, rng)
+        arguments = _dumps(value if isinstance(value, dict) else {})
         calls.append(FunctionCall(ids.make("fc_", rng), ids.make("call_", rng, 24), name, arguments,
                                   textgen.split(arguments, encoding),
                                   tokens.count(name, encoding) + tokens.count(arguments, encoding)))
     return calls
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:   # an integer beyond 64 bits, asked for by the schema's bounds
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def fit(calls: list[FunctionCall], budget: int, encoding: str) -> list[FunctionCall]:

@@ -70,3 +70,17 @@ def test_the_same_seed_draws_the_same_value():
     schema = SCHEMAS["string formats"]
     assert jsonvalues.value(schema, random.Random(5)) == jsonvalues.value(schema, random.Random(5))
     assert jsonvalues.value(schema, random.Random(5)) != jsonvalues.value(schema, random.Random(6))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},   # endless recursion
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 10**9},
+                                      "l": {"type": "array", "minItems": 10**9},
+                                      "r": {"type": "string", "pattern": "a{100000000}"}},
+     "required": ["s", "l", "r"]},
+    {"type": "object", "properties": [1, 2], "required": "abc"},                   # malformed
+    {"type": "integer", "minimum": 10**30, "multipleOf": 0},
+])
+def test_hostile_schemas_give_a_bounded_value_quickly(schema):
+    value = jsonvalues.value(schema, random.Random(0))
+    assert len(repr(value)) < 200_000

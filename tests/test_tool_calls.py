@@ -385,3 +385,16 @@ def test_responses_bad_tool_choice_is_a_400(client, params):
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="gpt-4o", input="hi", **params)
     assert info.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize("parameters", [
+    {"type": "object", "properties": {"n": {"type": "integer", "minimum": 10**30}}, "required": ["n"]},
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 10**9}}, "required": ["s"]},
+    {},
+])
+def test_odd_parameter_schemas_still_give_a_json_object(client, parameters):
+    tools = [{"type": "function", "function": {"name": "odd", "parameters": parameters}}]
+    completion, _ = chat_raw(client, model="gpt-4o", messages=ASK, tools=tools, tool_choice="required")
+    [call] = completion.choices[0].message.tool_calls
+    assert isinstance(json.loads(call.function.arguments), dict)
