@@ -287,13 +287,16 @@ def test_bad_requests_raise_the_sdk_error_with_status_code_and_param(client, ser
     check_exchange(raw)
 
 
-def test_missing_messages_is_a_400_naming_messages(server):
-    # the SDK refuses to send this itself, so plain HTTP
+def test_missing_messages_is_a_400_naming_messages(client, server):
+    # create() will not send a request without messages; the SDK's generic post() will
+    with pytest.raises(openai.BadRequestError) as info:
+        client.post("/chat/completions", body={"model": "gpt-4o"}, cast_to=httpx.Response)
+    assert info.value.status_code == 400
+    assert info.value.param == "messages" and info.value.code == "missing_required_parameter"
     r = httpx.post(f"{server.base}/chat/completions", json={"model": "gpt-4o"})
-    assert r.status_code == 400
-    error = r.json()["error"]
-    assert error["param"] == "messages" and error["type"] == "invalid_request_error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
     oai_schemas.validate_error_body(r.json())
+    check_exchange(r)
 
 
 def test_unknown_top_level_parameters_are_rejected(client):
