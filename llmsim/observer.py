@@ -64,6 +64,8 @@ class Observer:
         elif kind == "websocket":
             await self._websocket(scope, receive, send, path)
         else:
+            if kind == "lifespan":
+                self.stats.serving()
             await self.app(scope, receive, send)
 
     async def _http(self, scope, receive, send, path: str):

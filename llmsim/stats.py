@@ -183,6 +183,11 @@ class Stats:
         self._sharing = False
 
     # -- fed by the observer middleware -------------------------------------------------
+    def serving(self) -> None:
+        """The server started (lifespan): under --workers, start sharing snapshots."""
+        if self.share_dir is not None and not self._sharing:
+            self._start_sharing()
+
     def request_started(self) -> None:
         self.active += 1
         if self.share_dir is not None and not self._sharing:
@@ -300,7 +305,7 @@ class Stats:
         def tick():
             self.write_share()
             loop.call_later(SHARE_INTERVAL, tick)
-        loop.call_later(SHARE_INTERVAL, tick)
+        tick()
 
     def write_share(self) -> None:
         """Write this worker's snapshot where the other workers read it (atomic rename)."""

@@ -227,3 +227,17 @@ def test_websocket_connections_and_turns_are_counted(fresh):
     assert after["turns"] - before["turns"] == 2
     errors = read(fresh)["errors"]["real"]
     assert errors.get("previous_response_not_found", 0) >= 1
+
+
+def test_counts_are_merged_across_workers(live_server_factory):
+    server = live_server_factory("--profile", "instant", "--workers", "2")
+    for _ in range(20):                             # a connection each: the workers share them
+        with httpx.Client() as http:
+            http.post(f"{server.base}/responses", json={"model": "gpt-4o-mini", "input": "hi"})
+    stats = wait_for(server, lambda s: s["requests"]["total"] == 20 and s["workers"] == 2)
+    assert stats["workers"] == 2
+    assert stats["requests"]["total"] == stats["endpoints"]["responses"]["requests"] == 20
+    assert stats["models"]["gpt-4o-mini"]["requests"] == 20
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'llmsim_requests_total{endpoint="responses"} 20.0' in metrics
+    assert "llmsim_workers 2.0" in metrics
