@@ -47,7 +47,7 @@ class Observer:
             writers.append(Trace(settings.trace))
         if settings.log_format and settings.log_format != "off":
             writers.append(AccessLog(settings.log_format))
-        self.writers = tuple(writers)
+        self.writers = self.stats.writers = tuple(writers)
         self._rng = random.Random()
 
     def request_id(self, scope) -> str:

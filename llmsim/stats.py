@@ -13,6 +13,7 @@ Requests are the API's: /llmsim/*, /metrics and /health are not counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import time
@@ -119,7 +120,7 @@ class ModelStats:
 class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
-                 "stream", "error", "injected", "model", "stats")
+                 "stream", "error", "injected", "model", "stats", "turns")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -130,6 +131,7 @@ class Exchange:
         self.status = 0                 # 0 until the response starts (or if it never does)
         self.plan = self.error = self.model = None
         self.stream = self.injected = False
+        self.turns = 0                  # WebSocket turns traced so far
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)
@@ -180,6 +182,7 @@ class Stats:
         self.models: dict[str, ModelStats] = {}
         self.http = Histogram()
         self.ring = Ring()
+        self.writers: tuple = ()        # trace file / access log, set by the observer
         self._sharing = False
 
     # -- fed by the observer middleware -------------------------------------------------
@@ -264,6 +267,25 @@ class Stats:
         else:                                   # a WebSocket turn
             self.ws_turns += 1
             self.ring.add(0, completion + reasoning, 0)
+
+    @contextlib.contextmanager
+    def turn(self, plan):
+        """One WebSocket turn around its sending: counted like `record`, and with a trace
+        file or access log, one line (id `<connection id>:<n>`) when the turn has been sent."""
+        self.record(plan, WEBSOCKET, True)
+        ex = CURRENT.get()
+        if not self.writers or ex is None:
+            yield
+            return
+        ex.turns += 1
+        line = Exchange(f"{ex.id}:{ex.turns}", WEBSOCKET, "WS", ex.path, WEBSOCKET, self)
+        line.plan, line.stream, line.status = plan, True, 101
+        try:
+            yield
+        finally:
+            end = line.wall + (time.perf_counter() - line.start)
+            for writer in self.writers:
+                writer.write(line, end)
 
     def error(self, kind: str, *, injected: bool = False) -> None:
         """An error answer of `kind` (an error code); `injected` for simulated faults."""

@@ -234,8 +234,8 @@ class Connection:
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
         events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
-        sim.stats.record(plan, "websocket", True)
-        await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
+        with sim.stats.turn(plan):              # counted; one trace line once sent
+            await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
         self.remember(plan, body, history)
 
     async def history(self, previous_id: str | None) -> list[inputs.Turn]:

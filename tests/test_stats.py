@@ -238,6 +238,11 @@ def test_counts_are_merged_across_workers(live_server_factory):
     assert stats["workers"] == 2
     assert stats["requests"]["total"] == stats["endpoints"]["responses"]["requests"] == 20
     assert stats["models"]["gpt-4o-mini"]["requests"] == 20
-    metrics = httpx.get(f"{server.url}/metrics").text
-    assert 'llmsim_requests_total{endpoint="responses"} 20.0' in metrics
-    assert "llmsim_workers 2.0" in metrics
+    expected = ('llmsim_requests_total{endpoint="responses"} 20.0', "llmsim_workers 2.0")
+    deadline = time.monotonic() + 10               # the worker asked may see the other's
+    while True:                                    # snapshot up to 0.25 s late
+        metrics = httpx.get(f"{server.url}/metrics").text
+        if all(line in metrics for line in expected) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert all(line in metrics for line in expected)

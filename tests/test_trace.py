@@ -149,3 +149,19 @@ def test_chat_answers_carry_the_ground_truth_headers(traced):
     assert REQUEST_ID.match(raw.headers["x-request-id"])
     assert raw.headers["x-llmsim-ttft-ms"] == f"{TTFT_MS:.3f}"
     assert raw.headers["x-llmsim-tokens"] == str(completion.usage.completion_tokens)
+
+
+def test_websocket_turns_get_one_trace_line_each(traced):
+    with traced.client().responses.connect(extra_headers={"x-request-id": "ws-trace"}) as conn:
+        for text in ("one", "two"):
+            conn.response.create(model="gpt-4o-mini", input=text)
+            for event in conn:
+                if event.type == "response.completed":
+                    break
+    lines = {line["id"]: line for line in lines_with(trace_lines(traced), "ws-trace:2")}
+    lines.update({line["id"]: line for line in lines_with(trace_lines(traced), "ws-trace:1")})
+    assert set(lines) == {"ws-trace:1", "ws-trace:2"}
+    for line in lines.values():
+        assert (line["endpoint"], line["stream"], line["model"]) == ("websocket", True, "gpt-4o-mini")
+        assert line["ttft_ms"] == TTFT_MS and line["tokens"]["completion"] == TOKENS
+        assert line["end"] - line["start"] >= DURATION_MS / 1000
