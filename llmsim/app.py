@@ -20,10 +20,12 @@ from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
 from llmsim.handlers.conversations import ConversationsHandlers
+from llmsim.handlers.faults import FaultsHandlers
 from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.models import ModelsHandlers
 from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
+from llmsim.methods import AllowedMethods
 from llmsim.handlers.stats import StatsHandlers
 from llmsim.observer import Observer
 from llmsim.methods import AllowedMethods
@@ -48,8 +50,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     groups["stats"] = StatsHandlers(sim)
+    groups["faults"] = FaultsHandlers(sim)
     error_template = sim.templates["errors"]
-    allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS)])   # Allow headers of 405s
+    allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
@@ -107,7 +110,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         return transport.json_response(sim.templates["health"].body(version=__version__))
     app.add_url_rule("/health", "health", health, methods=["GET"])
     app.add_api(ADMIN_SPEC, base_path="/llmsim", name="/llmsim", strict_validation=False,
-                validate_responses=False)
+                validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)
     app.add_url_rule("/metrics", "metrics", groups["stats"].metrics, methods=["GET"])  # scrapers' default
 
     app.add_error_handler(APIError, on_api_error)

@@ -9,7 +9,8 @@ Per request, the first trigger that names a fault wins:
    requests", or "every `every`-th request" (`count` times, or forever); the first entry
    that fires wins;
 3. the rates (config ``errors: {kind: probability}``), drawn from an rng seeded by ``--seed``
-   (one draw per request, whatever happens, so the sequence is reproducible).
+   (one draw per request, whatever happens, so the sequence is reproducible); rates adding
+   up to more than 1 are scaled down to add up to 1 (every request fails).
 
 A handler makes one call, ``fault = await sim.faults.begin(api, body, headers)``: immediate
 errors are raised there (a ``timeout`` first waits), and the returned `Injection` shapes the
@@ -132,9 +133,7 @@ class FaultInjector:
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
                 raise _raise(error, f"{where}.{name}: rate must be a number from 0 to 1, got {rate!r}",
                              f"{where}.{name}")
-        if sum(rates.values()) > 1 + 1e-9:
-            raise _raise(error, f"{where}: the rates add up to {sum(rates.values()):g}; at most 1", where)
-        return dict(rates)
+        return {name: float(rate) for name, rate in rates.items() if rate}
 
     def entry(self, raw: Mapping[str, Any], error: type[Exception], where: str) -> ScheduleEntry:
         kind = self._kind(raw.get("kind"), error, f"{where}.kind")
@@ -179,6 +178,7 @@ class FaultInjector:
             if fired.count is not None and fired.fired >= fired.count:
                 self.schedule.remove(fired)
             return self.make(fired.kind, fired.params, "schedule")
+        draw *= max(1.0, sum(self.rates.values()))   # rates adding up to more than 1: scaled to 1
         for name, rate in self.rates.items():
             if draw < rate:
                 return self.make(self.kinds[name], {}, "rate")
