@@ -4,7 +4,9 @@ All calls run on one dedicated thread per process (a connection is not shared ac
 threads, and a write that waits for another process's lock must not block the event
 loop). Each operation is one transaction; `BEGIN IMMEDIATE` makes the conditional append
 atomic across processes. Order of creation is the autoincrement key `n`: keeping the newest
-`max_entries` means deleting every row with `n <= newest - max_entries`.
+`max_entries` means deleting every row with `n <= newest - max_entries`. SSE frames are kept
+as one row per write (`chunks`: the frames of sequence numbers first_seq.. concatenated; a
+frame ends with a blank line and never contains one), so storing a whole stream is one insert.
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ CREATE TABLE IF NOT EXISTS responses (
     n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
     status TEXT NOT NULL, events INTEGER NOT NULL, response BLOB NOT NULL, meta BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires);
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS chunks (
     response_n INTEGER NOT NULL REFERENCES responses (n) ON DELETE CASCADE,
-    seq INTEGER NOT NULL, frame BLOB NOT NULL, PRIMARY KEY (response_n, seq)) WITHOUT ROWID;
+    first_seq INTEGER NOT NULL, count INTEGER NOT NULL, frames BLOB NOT NULL,
+    PRIMARY KEY (response_n, first_seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS conversations (
     n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
     record BLOB NOT NULL);
@@ -92,8 +95,7 @@ class SqliteStore:
                 "INSERT INTO responses (id, expires, status, events, response, meta) VALUES (?,?,?,?,?,?)",
                 (record.id, self.bounds.expires(now), record.status, len(frames),
                  orjson.dumps(record.response), record.meta_json())).lastrowid
-            db.executemany("INSERT INTO events (response_n, seq, frame) VALUES (?,?,?)",
-                           [(n, seq, frame) for seq, frame in enumerate(frames)])
+            _insert_chunk(db, n, 0, frames)
             self._bound(db, "responses", now, n)
         await self._write(put)
 
@@ -118,8 +120,7 @@ class SqliteStore:
             if row is None or row[1] not in ACTIVE or (expect_events is not None and row[2] != expect_events):
                 return False
             n, _, count = row
-            db.executemany("INSERT INTO events (response_n, seq, frame) VALUES (?,?,?)",
-                           [(n, count + i, frame) for i, frame in enumerate(frames)])
+            _insert_chunk(db, n, count, frames)
             if snapshot is None:
                 db.execute("UPDATE responses SET events = ?, expires = ? WHERE n = ?",
                            (count + len(frames), self.bounds.expires(now), n))
@@ -138,9 +139,12 @@ class SqliteStore:
                                  (response_id, time.time())).fetchone()
                 if row is None:
                     return [], None
-                frames = db.execute("SELECT frame FROM events WHERE response_n = ? AND seq > ? ORDER BY seq",
-                                    (row[0], after)).fetchall()
-                return [f[0] for f in frames], row[1]
+                rows = db.execute("SELECT first_seq, frames FROM chunks WHERE response_n = ? "
+                                  "AND first_seq + count - 1 > ? ORDER BY first_seq", (row[0], after))
+                frames = []
+                for first_seq, blob in rows:
+                    frames += [f + b"\n\n" for f in blob.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
+                return frames, row[1]
             finally:
                 db.execute("COMMIT")
         return await self._run(read)
@@ -217,3 +221,9 @@ class SqliteStore:
         if self._db is not None:
             await self._run(shut)
         self._thread.shutdown(wait=False)
+
+
+def _insert_chunk(db, response_n: int, first_seq: int, frames: Sequence[bytes]) -> None:
+    if frames:
+        db.execute("INSERT INTO chunks (response_n, first_seq, count, frames) VALUES (?,?,?,?)",
+                   (response_n, first_seq, len(frames), b"".join(frames)))
