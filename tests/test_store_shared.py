@@ -128,7 +128,6 @@ def test_a_background_stream_resumes_on_the_other_process(pair):
 
 
 def test_the_websocket_mode_continues_a_response_stored_by_the_other_process(pair):
-    pytest.importorskip("llmsim.websocket", reason="the Responses WebSocket mode is not in this tree")
     first = pair[0].client().responses.create(model=MODEL, input="Stored over HTTP.")
     with pair[1].client().responses.connect() as conn:
         conn.response.create(model=MODEL, input="Continued over a WebSocket.", previous_response_id=first.id)
