@@ -23,6 +23,7 @@ API_PREFIXES = ("/openai/v1/", "/v1/")
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
              "conversations": "conversations", "realtime": "realtime"}
 REQUEST_ID = b"x-request-id"
+MAX_ID = 200            # a client's request id is echoed up to this many bytes
 
 
 def endpoint_of(path: str) -> str:
@@ -53,7 +54,7 @@ class Observer:
     def request_id(self, scope) -> str:
         for name, value in scope["headers"]:
             if name == REQUEST_ID and value:
-                return value.decode("latin-1")
+                return value[:MAX_ID].decode("latin-1")
         return f"req_{self._rng.getrandbits(128):032x}"
 
     async def __call__(self, scope, receive, send):

@@ -235,7 +235,8 @@ class Stats:
     def record(self, plan, endpoint: str, stream: bool = False) -> None:
         """A planned answer: tokens, simulated TTFT, gaps and duration, per model."""
         ex = CURRENT.get()
-        http = ex is not None and ex.kind != WEBSOCKET and ex.plan is None
+        turn = ex is not None and ex.kind == WEBSOCKET
+        http = ex is not None and not turn and ex.plan is None       # the request's first plan
         if http:
             ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
         if not self.enabled:
@@ -264,8 +265,8 @@ class Stats:
             m.running += 1
             if stream:
                 self.active_streams += 1
-        else:                                   # a WebSocket turn
-            self.ws_turns += 1
+        else:                                   # a WebSocket turn (or planned outside a request)
+            self.ws_turns += turn
             self.ring.add(0, completion + reasoning, 0)
 
     @contextlib.contextmanager
