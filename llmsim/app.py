@@ -14,21 +14,22 @@ from connexion.lifecycle import ConnexionResponse
 from connexion.middleware import MiddlewarePosition
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from llmsim import __version__, guard, transport
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
+from llmsim.fastpath import FastPath, json_operations
+from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.conversations import ConversationsHandlers
 from llmsim.handlers.faults import FaultsHandlers
-from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.models import ModelsHandlers
 from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
 from llmsim.methods import AllowedMethods
 from llmsim.handlers.stats import StatsHandlers
 from llmsim.observer import Observer
-from llmsim.methods import AllowedMethods
 from llmsim.settings import REPO_DIR, Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
@@ -42,15 +43,19 @@ PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedE
             413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}
 
 
+def starlette_response(response: ConnexionResponse) -> Response:
+    return Response(response.body, response.status_code, response.headers, response.mimetype)
+
+
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> AsyncApp:
     settings = settings or Settings()
     sim = Simulator.load(settings, clock)
     groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim),
               "chat": ChatHandlers(sim)}
-    groups["response_store"] = ResponseStoreHandlers(sim)
-    groups["conversations"] = ConversationsHandlers(sim)
     groups["stats"] = StatsHandlers(sim)
     groups["faults"] = FaultsHandlers(sim)
+    groups["response_store"] = ResponseStoreHandlers(sim)
+    groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]
     allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
 
@@ -101,6 +106,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
     app.add_middleware(WebSocketRouting, position=MiddlewarePosition.BEFORE_EXCEPTION,
                        router=ResponsesSocket(sim).router(BASE_PATHS))
+    # Hot JSON operations skip connexion's per-request machinery (same document, compiled once).
+    app.add_middleware(FastPath, position=MiddlewarePosition.BEFORE_EXCEPTION,
+                       operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
+                       render_error=lambda exc: starlette_response(render_error(exc)))
     for base in BASE_PATHS:
         app.add_api(settings.spec_path, base_path=base, name=base,
                     validator_map={"body": {"application/json": BodyValidator}},

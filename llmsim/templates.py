@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import jinja2
 
-from llmsim import datafiles
+from llmsim import datafiles, pyexpr
 from llmsim.errors import ConfigError
 
 Node = Callable[[dict], Any]
@@ -101,6 +101,14 @@ class Compiler:
                 except (KeyError, AttributeError) as exc:
                     raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
             return checked
+        native = pyexpr.compile_expression(source, self.env.globals)
+        if native is not None:
+            def run_native(ctx):
+                try:
+                    return native(ctx)
+                except (KeyError, AttributeError, jinja2.UndefinedError) as exc:
+                    raise ConfigError(f"{where}: {source!r}: {exc}") from None
+            return run_native
         try:
             compiled = self.env.compile_expression(source, undefined_to_none=False)
         except jinja2.TemplateSyntaxError as exc:

@@ -6,6 +6,7 @@ names accepted by `--generator` (or `generator:` in the config) to their functio
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from dataclasses import dataclass
@@ -76,8 +77,23 @@ class Text:
     truncated: bool           # cut by the cap before the generator was done
 
 
+# Generators whose text depends only on (target, cap, encoding): computed once, then reused.
+PURE = {"lorem", "sequence"}
+
+
 def generate(kind: str, target: int, cap: int | None, inp: GenerationInput, encoding_name: str) -> Text:
     """Produce text of `target` tokens (verbatim generators: their whole text), cut at `cap`."""
+    if kind in PURE:
+        return _pure(kind, target, cap, encoding_name)
+    return _generate(kind, target, cap, inp, encoding_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pure(kind: str, target: int, cap: int | None, encoding_name: str) -> Text:
+    return _generate(kind, target, cap, GenerationInput(random.Random(0), "", ""), encoding_name)
+
+
+def _generate(kind: str, target: int, cap: int | None, inp: GenerationInput, encoding_name: str) -> Text:
     words = GENERATORS[kind](inp)
     verbatim = kind in VERBATIM
     want = None if verbatim else target

@@ -98,6 +98,28 @@ def _depth(value, limit: int) -> bool:
     return True
 
 
+def parse_json(body: bytes) -> t.Any:
+    """The parsed body (None when empty), or InvalidRequestError saying what is wrong with it."""
+    if not body:
+        return None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequestError("The request body is not valid UTF-8.", code="invalid_json") from None
+        raise InvalidRequestError(
+            f"We could not parse the JSON body of your request: {exc}. (HINT: This likely means "
+            "you aren't using your HTTP library correctly.)", code="invalid_json") from None
+
+
+def check_depth(body: t.Any) -> None:
+    if not _depth(body, MAX_DEPTH):
+        raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
+                                  code="invalid_json")
+
+
 def compile_schema(schema: dict):
     """A validator for an already-resolved request schema, as the HTTP body validator builds it."""
     return RequestValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
@@ -106,9 +128,7 @@ def compile_schema(schema: dict):
 def check(validator, body: t.Any) -> None:
     """Raise InvalidRequestError (message naming the field, `param` its path) for the most
     relevant problem of a parsed JSON body; shared by HTTP and WebSocket `response.create`."""
-    if not _depth(body, MAX_DEPTH):
-        raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
-                                  code="invalid_json")
+    check_depth(body)
     error = best_match(validator.iter_errors(body))
     if error is not None:
         message, param = _describe(error)
@@ -122,28 +142,17 @@ class BodyValidator(AbstractRequestBodyValidator):
 
     @property
     def _validator(self):
-        key = id(self._schema)
-        validator = _VALIDATORS.get(key)
-        if validator is None:
-            validator = Draft4RequestValidator(self._schema, format_checker=Draft4Validator.FORMAT_CHECKER)
-            _VALIDATORS[key] = (validator, self._schema)  # keep the schema alive: id stays unique
-            return validator
-        return validator[0]
+        # connexion builds a validator per request; compile each operation's schema once.
+        # The cache keeps the schema alive, so its id() stays unique.
+        cached = _VALIDATORS.get(id(self._schema))
+        if cached is None:
+            cached = _VALIDATORS[id(self._schema)] = (
+                RequestValidator(self._schema, format_checker=Draft4Validator.FORMAT_CHECKER),
+                self._schema)
+        return cached[0]
 
     async def _parse(self, stream, scope) -> t.Any:
-        body = b"".join([chunk async for chunk in stream])
-        if not body:
-            return None
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InvalidRequestError("The request body is not valid UTF-8.", code="invalid_json") from None
-            raise InvalidRequestError(
-                f"We could not parse the JSON body of your request: {exc}. (HINT: This likely means "
-                "you aren't using your HTTP library correctly.)", code="invalid_json") from None
+        return parse_json(b"".join([chunk async for chunk in stream]))
 
     def _validate(self, body: t.Any) -> None:
         if body is None:

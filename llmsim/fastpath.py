@@ -1,0 +1,128 @@
+"""Precompiled dispatch for the JSON-body operations of our OpenAPI document.
+
+connexion rebuilds per request what never changes (route matching through nested routers,
+the parameter decorator, a body validator object, a context). For the operations whose only
+input is a JSON body (POST /responses, /chat/completions, ...), this middleware compiles
+the same document once: path -> (handler, validators). Per request it matches the path in
+a dict, reads and parses the body (orjson), validates it with a Rust validator
+(jsonschema-rs) and, only when that fails, with the Python validator that names the bad
+field, then calls the handler. Every other request goes on to connexion unchanged, so the
+OpenAPI document stays the single source of routes and request schemas.
+"""
+from __future__ import annotations
+
+import logging
+import typing as t
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema_rs
+import yaml
+from connexion.context import _receive, _scope
+from connexion.json_schema import resolve_refs
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llmsim.errors import APIError, InvalidRequestError, ServerError, UnsupportedMediaTypeError
+from llmsim.validation import check, check_depth, compile_schema, parse_json
+
+JSON_TYPES = ("application/json",)
+log = logging.getLogger("llmsim")
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    handler: t.Callable[[dict], t.Awaitable[t.Any]]
+    fast: t.Any          # jsonschema_rs validator: the happy path
+    full: t.Any          # jsonschema validator: names the bad field
+
+
+def nullable_to_types(schema: t.Any) -> t.Any:
+    """OpenAPI 3.0 `nullable: true` in JSON Schema terms, for a plain JSON Schema validator."""
+    if isinstance(schema, list):
+        return [nullable_to_types(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: nullable_to_types(v) for k, v in schema.items() if k not in ("nullable", "discriminator",
+                                                                           "example", "deprecated")}
+    if schema.get("nullable"):
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+        elif "type" not in out:
+            out = {"anyOf": [{"type": "null"}, out]}
+    return out
+
+
+def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
+    """path -> Operation for every POST whose only input is a JSON request body."""
+    spec = resolve_refs(yaml.safe_load(spec_path.read_text(encoding="utf-8")))
+    ops = {}
+    for path, item in (spec.get("paths") or {}).items():
+        post = item.get("post")
+        if not post or post.get("parameters") or item.get("parameters") or "{" in path:
+            continue
+        schema = (((post.get("requestBody") or {}).get("content") or {})
+                  .get("application/json") or {}).get("schema")
+        if schema is None:
+            continue
+        op = Operation(resolve(post["operationId"]),
+                       jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
+                       compile_schema(schema))
+        for base in base_paths:
+            ops[base.rstrip("/") + path] = op
+    return ops
+
+
+class FastPath:
+    """ASGI middleware serving `operations` directly; `render_error(exc)` -> a starlette Response."""
+
+    def __init__(self, app: ASGIApp, *, operations: dict[str, Operation], render_error):
+        self.app = app
+        self.operations = operations
+        self.render_error = render_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            op = self.operations.get(scope["path"])
+            if op is not None:
+                try:
+                    response = await self._dispatch(op, scope, receive)
+                except APIError as exc:
+                    response = self.render_error(exc)
+                except Exception:
+                    log.exception("unexpected error on POST %s", scope["path"])
+                    response = self.render_error(ServerError(
+                        "The server had an error while processing your request."))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _dispatch(self, op: Operation, scope: Scope, receive: Receive):
+        content_type = Headers(scope=scope).get("content-type", "application/json")
+        if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
+            raise UnsupportedMediaTypeError(
+                f"Unsupported content type: '{content_type}'. This API method only accepts "
+                f"'application/json' requests, but you specified the header "
+                f"'Content-Type: {content_type}'. Please try again with a supported content type.")
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidRequestError("The client disconnected before sending the whole body.")
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = parse_json(b"".join(chunks))
+        if body is None:
+            raise InvalidRequestError("The request body is empty; a JSON object is required.",
+                                      code="invalid_json")
+        if not op.fast.is_valid(body):
+            check(op.full, body)   # raises, naming the field
+        else:
+            check_depth(body)
+        _scope.set(scope)          # handlers may read `connexion.request` (headers)
+        _receive.set(receive)
+        return await op.handler(body)
+
