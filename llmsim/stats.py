@@ -30,25 +30,32 @@ STREAM, PLAIN, WEBSOCKET = "stream", "plain", "websocket"
 
 
 def _bounds() -> tuple[float, ...]:
-    mantissas = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0)
+    mantissas = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8, 2.0, 2.2, 2.5, 2.8, 3.0, 3.5, 4.0, 4.5,
+                 5.0, 5.5, 6.0, 7.0, 7.5, 8.0, 9.0)
     return tuple(round(m * 10.0 ** e, 9) for e in range(-5, 4) for m in mantissas) + (1e4,)
 
 
-BOUNDS = _bounds()        # histogram upper bounds in seconds (10 us .. 10,000 s, ~25% apart)
+BOUNDS = _bounds()        # histogram upper bounds in seconds (10 us .. 10,000 s, <= 17% apart)
 
 
 class Histogram:
-    """Counts per fixed bucket (`BOUNDS`, then +Inf), with sum, min and max."""
-    __slots__ = ("counts", "total", "min", "max")
+    """Counts and sums per fixed bucket (`BOUNDS`, then +Inf), with total, min and max.
+
+    The sum per bucket lets percentiles land on the values seen (exactly, when a bucket
+    holds one value) rather than on bucket edges."""
+    __slots__ = ("counts", "sums", "total", "min", "max")
 
     def __init__(self):
         self.counts = [0] * (len(BOUNDS) + 1)
+        self.sums = [0.0] * (len(BOUNDS) + 1)
         self.total = 0.0
         self.min = float("inf")
         self.max = 0.0
 
     def observe(self, seconds: float, n: int = 1) -> None:
-        self.counts[bisect_left(BOUNDS, seconds)] += n
+        i = bisect_left(BOUNDS, seconds)
+        self.counts[i] += n
+        self.sums[i] += seconds * n
         self.total += seconds * n
         if seconds > self.max:
             self.max = seconds
@@ -59,13 +66,15 @@ class Histogram:
         """One observation per gap between consecutive tokens (objects with `.at`)."""
         if len(tokens) < 2:
             return
-        counts, bounds = self.counts, BOUNDS
+        counts, sums, bounds = self.counts, self.sums, BOUNDS
         lo, hi = self.min, self.max
         prev = first = tokens[0].at
         for token in tokens[1:]:
             t = token.at
             gap = t - prev
-            counts[bisect_left(bounds, gap)] += 1
+            i = bisect_left(bounds, gap)
+            counts[i] += 1
+            sums[i] += gap
             if gap > hi:
                 hi = gap
             if gap < lo:
@@ -75,7 +84,7 @@ class Histogram:
         self.min, self.max = lo, hi
 
     def snapshot(self) -> dict:
-        return {"counts": [[i, c] for i, c in enumerate(self.counts) if c], "sum": self.total,
+        return {"counts": [[i, c, self.sums[i]] for i, c in enumerate(self.counts) if c], "sum": self.total,
                 "min": self.min if self.min != float("inf") else None, "max": self.max}
 
 

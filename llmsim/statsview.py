@@ -55,13 +55,15 @@ def _alive(pid: int) -> bool:
 
 
 def _hist() -> dict:
-    return {"counts": [0] * (len(BOUNDS) + 1), "sum": 0.0, "min": None, "max": 0.0}
+    return {"counts": [0] * (len(BOUNDS) + 1), "sums": [0.0] * (len(BOUNDS) + 1), "sum": 0.0,
+            "min": None, "max": 0.0}
 
 
 def _add_hist(into: dict, snap: dict) -> None:
-    counts = into["counts"]
-    for i, c in snap["counts"]:
+    counts, sums = into["counts"], into["sums"]
+    for i, c, total in snap["counts"]:
         counts[i] += c
+        sums[i] += total
     into["sum"] += snap["sum"]
     into["max"] = max(into["max"], snap["max"])
     if snap["min"] is not None:
@@ -114,12 +116,15 @@ def combined(models: dict, name: str) -> dict:
     for m in models.values():
         hist = m[name]
         total["counts"] = [a + b for a, b in zip(total["counts"], hist["counts"])]
+        total["sums"] = [a + b for a, b in zip(total["sums"], hist["sums"])]
         _add_hist(total, {**hist, "counts": ()})
     return total
 
 
 def quantile(hist: dict, q: float) -> float | None:
-    """Estimated q-quantile in seconds: linear within a bucket, clamped to the seen min/max."""
+    """Estimated q-quantile in seconds. Within its bucket, values are taken as spread evenly
+    around the bucket's mean, as widely as the bucket (and the seen min/max) allow: a bucket
+    holding one repeated value gives that value exactly."""
     counts = hist["counts"]
     n = sum(counts)
     if not n:
@@ -129,8 +134,9 @@ def quantile(hist: dict, q: float) -> float | None:
         if c and cum + c >= rank:
             lo = max(BOUNDS[i - 1] if i else 0.0, hist["min"] or 0.0)
             hi = min(BOUNDS[i] if i < len(BOUNDS) else hist["max"], hist["max"])
-            lo = min(lo, hi)
-            return lo + (hi - lo) * (rank - cum) / c
+            mean = min(max(hist["sums"][i] / c, lo), hi)
+            half = min(mean - lo, hi - mean)
+            return mean + half * (2 * (rank - cum) / c - 1)
         cum += c
     return hist["max"]
 
