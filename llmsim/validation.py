@@ -52,7 +52,7 @@ def _describe(error: ValidationError) -> tuple[str, str | None]:
             return (f"Invalid value: '{error.instance['type']}'. Supported values are: "
                     f"{', '.join(repr(a) for a in allowed)}.", where)
     if error.validator == "enum":
-        allowed = ", ".join(repr(v) for v in error.validator_value)
+        allowed = ", ".join(repr(v) for v in error.validator_value if v is not None)  # null: nullable
         return f"Invalid value for '{where}': {_short(error.instance)}. Supported values are: {allowed}.", where
     if error.validator == "type":
         return f"Invalid type for '{where or 'body'}': expected {error.validator_value}, got {type(error.instance).__name__}.", where
