@@ -246,3 +246,20 @@ def test_counts_are_merged_across_workers(live_server_factory):
             break
         time.sleep(0.05)
     assert all(line in metrics for line in expected)
+
+
+def test_percentiles_track_the_values_observed():
+    import random
+
+    from llmsim import statsview
+    from llmsim.stats import Stats
+
+    rng = random.Random(8)
+    values = sorted(rng.lognormvariate(-2, 0.8) for _ in range(5000))
+    stats = Stats()
+    for value in values:
+        stats.lateness.observe(value)
+    merged = statsview.merge([stats.snapshot()])
+    for q in (0.5, 0.9, 0.99):
+        exact = values[int(q * len(values))]
+        assert statsview.quantile(merged["lateness"], q) == pytest.approx(exact, rel=0.02)
