@@ -35,6 +35,7 @@ class Operation:
     handler: t.Callable[[dict], t.Awaitable[t.Any]]
     fast: t.Any          # jsonschema_rs validator: the happy path
     full: t.Any          # jsonschema validator: names the bad field
+    optional: bool = False   # requestBody.required is false: no body reads as {}
 
 
 def nullable_to_types(schema: t.Any) -> t.Any:
@@ -69,7 +70,7 @@ def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> di
             continue
         op = Operation(resolve(post["operationId"]),
                        jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
-                       compile_schema(schema))
+                       compile_schema(schema), not post["requestBody"].get("required", False))
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops
@@ -115,6 +116,8 @@ class FastPath:
             if not message.get("more_body"):
                 break
         body = parse_json(b"".join(chunks))
+        if body is None and op.optional:
+            body = {}
         if body is None:
             raise InvalidRequestError("The request body is empty; a JSON object is required.",
                                       code="invalid_json")

@@ -36,6 +36,11 @@ def test_an_empty_conversation(client, server):
     validate("ConversationItemList", page)     # with the empty-list departure (openapi/departures.yaml)
 
 
+def test_a_conversation_needs_no_request_body(server):
+    reply = httpx.post(f"{server.base}/conversations")
+    assert reply.status_code == 200 and reply.json()["object"] == "conversation"
+
+
 def test_update_replaces_the_metadata(client):
     created = client.conversations.create(metadata={"a": "1"})
     updated = client.conversations.update(created.id, metadata={"b": "2"})
