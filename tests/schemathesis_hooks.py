@@ -1,7 +1,8 @@
 """schemathesis hooks for tests/schemathesis_live.sh (loaded through SCHEMATHESIS_HOOKS).
 
-A schema-valid request is expected to be accepted. A few rules between fields cannot be
-written in an OpenAPI 3.0 schema; each is a documented 400 tested elsewhere. Here generated
+A schema-valid request is expected to be accepted. A few rules between fields (or between
+requests: a page cursor names an item an earlier listing returned) cannot be written in an
+OpenAPI 3.0 schema; each is a documented 400 tested elsewhere. Here generated
 *valid* (positive) requests are adjusted to obey them, so that "valid requests are accepted"
 stays a meaningful check. Invalid (negative) requests are sent untouched.
 """
@@ -14,17 +15,30 @@ MODEL_OUTPUT_LIMIT = 16384
 OUTPUT_CAPS = ("max_output_tokens", "max_tokens", "max_completion_tokens")
 
 
+CURSORS = ("after", "before")
+
+
 def obey_rules_the_document_cannot_state(body: dict) -> None:
     for cap in OUTPUT_CAPS:
         if isinstance(body.get(cap), int) and not isinstance(body.get(cap), bool):
             body[cap] = min(body[cap], MODEL_OUTPUT_LIMIT)
     if body.get("previous_response_id") is not None:      # mutually exclusive with conversation
         body.pop("conversation", None)
+    choice = body.get("tool_choice")                        # a named function must be a tool
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        named = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)}
+        function = choice.get("function") if isinstance(choice.get("function"), dict) else choice
+        if function.get("name") not in named - {None}:
+            body["tool_choice"] = "auto"
 
 
 @schemathesis.hook
 def before_call(context, case, kwargs):
     meta = case.meta
-    negative = meta is not None and meta.generation.mode.is_negative
-    if not negative and isinstance(case.body, dict):
+    if meta is not None and meta.generation.mode.is_negative:
+        return
+    if isinstance(case.body, dict):
         obey_rules_the_document_cannot_state(case.body)
+    if isinstance(case.query, dict):                        # a page cursor comes from a listing
+        for cursor in CURSORS:
+            case.query.pop(cursor, None)
