@@ -13,31 +13,26 @@ Per request, the first trigger that names a fault wins:
    up to more than 1 are scaled down to add up to 1 (every request fails).
 
 A handler makes one call, ``fault = await sim.faults.begin(api, body, headers)``: immediate
-errors are raised there (a ``timeout`` first waits), and the returned `Injection` shapes the
-plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events, **ctx)`: a
-mid-stream error or drop after k tokens). With no fault, both hand their input back unchanged.
+errors are raised there (a ``timeout`` first waits), and the returned `llmsim.injection.Injection`
+shapes the plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events,
+**ctx)`: a mid-stream error or drop after k tokens). With no fault, both hand their input back.
 """
 from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from llmsim import datafiles
 from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
+from llmsim.injection import NO_FAULT, Injection
 from llmsim.stats import fault_injected
-from llmsim.templates import Event, Template
+from llmsim.templates import Template
 
 HEADER = "x-llmsim-fault"
 # header / schedule parameters and their parsers
 PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float, "timeout_ms": float}
-STREAM_EFFECTS = ("stream_failed", "stream_error", "stream_drop")
-# Which tail a mid-stream fault sends, by (api, effect); see templates/faults.yaml.
-TAILS = {("responses", "stream_failed"): "response.failed", ("responses", "stream_error"): "error",
-         ("responses", "error"): "error", ("websocket", "stream_failed"): "response.failed",
-         ("websocket", "stream_error"): "ws_error", ("websocket", "error"): "ws_error"}
-TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +86,7 @@ def _number(value: float | None) -> str:
 @dataclass
 class ScheduleEntry:
     kind: Kind
-    count: int | None                 # firings left (None: unlimited)
+    count: int | None                 # firings in all (None: unlimited)
     every: int | None                 # fire on every n-th request seen (None: every request)
     params: dict[str, Any]
     seen: int = 0
@@ -260,114 +255,3 @@ def _raise(error: type[Exception], message: str, where: str) -> Exception:
     if issubclass(error, APIError):
         return error(message, param=where, code="invalid_value")
     return error(message)
-
-
-@dataclass
-class Injection:
-    """What one request's fault does to its plan and stream; `NO_FAULT` does nothing."""
-    injector: FaultInjector | None = None
-    fault: Fault | None = None
-    api: str = ""
-    body: Mapping[str, Any] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return self.fault is not None
-
-    @property
-    def after_tokens(self) -> int:
-        fault = self.fault
-        return fault.after_tokens if fault.after_tokens is not None else (fault.kind.after_tokens or 0)
-
-    def shape(self, plan):
-        """The plan, cut by a content filter after k tokens when that is the fault."""
-        if self.fault is None or self.fault.kind.effect != "content_filter":
-            return plan
-        cut = _cut_chat if hasattr(plan, "choices") else _cut_response
-        cut(plan, self.after_tokens, self.injector.settings.usage_semantics)
-        return plan
-
-    def stream(self, events: Iterable[Event], **ctx) -> Iterable[Event]:
-        """The stream, ending after k tokens with the fault's tail (or a dropped connection)."""
-        if self.fault is None or self.fault.kind.effect == "content_filter":
-            return events
-        return self._cut(iter(events), ctx)
-
-    def _cut(self, events: Iterator[Event], ctx: dict) -> Iterator[Event]:
-        limit, tokens, seq = self.after_tokens, 0, 0
-        is_token = _chat_token if self.api == "chat" else _responses_token
-        for event in events:
-            if is_token(event):
-                if tokens >= limit:
-                    break
-                tokens += 1
-            elif _terminal(event):
-                break
-            yield event
-            seq += not event.raw
-        effect = self.fault.kind.effect
-        if effect == "stream_drop":
-            raise ConnectionDrop()
-        tail = "chat" if self.api == "chat" else TAILS[(self.api, effect)]
-        error = self.injector.error(self.fault, self.api, self.body)
-        yield from self.injector.tails.events(tail=tail, error=error, first_seq=seq, **ctx)
-
-
-NO_FAULT = Injection()
-
-
-def _responses_token(event: Event) -> bool:
-    return not event.raw and event.data.get("type", "").endswith(".delta")
-
-
-def _chat_token(event: Event) -> bool:
-    if event.raw:
-        return False
-    return any(choice.get("delta", {}).get(key) for choice in event.data.get("choices") or ()
-               for key in ("content", "tool_calls", "refusal", "reasoning_content"))
-
-
-def _terminal(event: Event) -> bool:
-    if event.raw:
-        return True           # [DONE]
-    data = event.data
-    if data.get("type") in TERMINAL_EVENTS:
-        return True
-    choices = data.get("choices")
-    return choices == [] or any(c.get("finish_reason") for c in choices or ())
-
-
-def _cut_response(plan, k: int, semantics: str) -> None:
-    """A Responses plan whose message stops after k tokens: incomplete, reason content_filter."""
-    visible = 0
-    for item in plan.output:
-        if item.kind == "message":
-            item.tokens = item.tokens[:k]
-            item.text = "".join(token.text for token in item.tokens)
-            item.status = "incomplete"
-            visible += len(item.tokens)
-            if item.tokens:
-                plan.end_at = item.tokens[-1].at
-    plan.status, plan.incomplete_reason = "incomplete", "content_filter"
-    plan.usage = _usage(plan.usage, visible, semantics)
-
-
-def _usage(usage, visible: int, semantics: str):
-    from llmsim.plan import Usage
-    new = Usage.make(usage.input_tokens, visible, usage.reasoning_tokens, semantics)
-    new.cached_tokens = usage.cached_tokens
-    return new
-
-
-def _cut_chat(plan, k: int, semantics: str) -> None:
-    """A Chat plan whose choices stop after k tokens with finish_reason content_filter."""
-    from llmsim import chatplan
-    for choice in plan.choices:
-        if choice.text is not None:
-            choice.tokens = choice.tokens[:k]
-            choice.text = "".join(token.text for token in choice.tokens)
-            choice.visible_tokens = len(choice.tokens)
-            choice.end_at = choice.tokens[-1].at if choice.tokens else choice.first_at
-        choice.finish_reason = "content_filter"
-    plan.chunks = chatplan._chunks(plan.choices)
-    plan.end_at = max(choice.end_at for choice in plan.choices)
-    plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)
