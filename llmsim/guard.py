@@ -53,7 +53,9 @@ class Guard:
         if length is None and b"transfer-encoding" in headers:
             # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
             body = await self._read_chunked(receive)
-            if body is None:
+            if body is None:        # the client left
+                return
+            if len(body) > self.limit:
                 return await self._deny(scope, send, self._too_large(f"more than {self.limit}"))
             receive = _replay(body, receive)
             scope = {**scope, "headers": [*[(k, v) for k, v in scope["headers"] if k != b"transfer-encoding"],
@@ -85,7 +87,7 @@ class Guard:
             "(setting max_body_bytes).")
 
     async def _read_chunked(self, receive) -> bytes | None:
-        """The whole body, or None once it passes the limit (or the client left)."""
+        """The whole body (reading stops just past the limit), or None when the client left."""
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -93,10 +95,8 @@ class Guard:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.limit:
-                return None
             chunks.append(chunk)
-            if not message.get("more_body"):
+            if size > self.limit or not message.get("more_body"):
                 return b"".join(chunks)
 
     async def _deny(self, scope, send, error: APIError) -> None:
