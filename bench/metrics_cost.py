@@ -8,10 +8,11 @@ replies), each side by side with metrics on and off:
   (user + system, from /proc). Best round of each side: noise only slows a round down.
 * asgi: the same request sent straight into each app in this process (no sockets, no
   client): best-of-batches CPU time per request.
-* instructions: the asgi loop under valgrind's callgrind, instrumented only after a
-  warm-up: instructions per request. Unlike time, this does not depend on what else runs
-  on the machine, so it is the figure the verdict uses (skipped without valgrind; the
-  asgi figure is used then).
+* instructions: `llmsim serve` (uvicorn and all) under valgrind's callgrind, counting
+  only while 200 requests are served on a keep-alive connection after a warm-up:
+  instructions per request. Unlike time, this does not depend on what else runs on the
+  machine, so it is the figure the verdict uses (skipped without valgrind; the asgi figure
+  is used then). Takes a minute or two: valgrind runs Python ~50x slower.
 
 On a shared 2-core machine wrk and asgi rounds swing by tens of percent; read them as
 context. Exit status 1 when the overhead of metrics on is 5% or more.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import re
 import shutil
@@ -181,36 +183,63 @@ def run_asgi(args, path: str, body: str) -> dict[str, dict[str, float]]:
     return asyncio.run(measure())
 
 
-def instructions_child(side: str, count: int, path: str, body: str) -> None:
-    """Under callgrind (instrumentation off): warm up, switch it on, send `count` requests."""
-    make_app, call = asgi_caller(path, body)
-
-    async def run():
-        app = make_app(side == "on")
-        for _ in range(50):
-            await call(app)
-        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True, check=True)
-        for _ in range(count):
-            await call(app)
-    asyncio.run(run())
-
-
-def run_instructions(args, endpoint: str) -> dict[str, dict[str, float]] | None:
-    """Instructions per request, counted by valgrind's callgrind: the same on any load."""
+def run_instructions(args, path: str, body: str) -> dict[str, dict[str, float]] | None:
+    """Instructions per request of a real server (uvicorn and all), counted by valgrind's
+    callgrind only while the measured requests are served: the same on any machine load."""
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         print("\ninstructions: skipped (valgrind not installed)")
         return None
-    count, out = 100, {}
-    for side in ("on", "off"):
-        done = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                               "--callgrind-out-file=/dev/null", sys.executable, __file__,
-                               "--endpoint", endpoint, "--_child", side, str(count)],
-                              capture_output=True, text=True, cwd=REPO)
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode or not found:
-            raise SystemExit(f"callgrind run failed:\n{done.stderr[-2000:]}")
+    count, out = 200, {}
+    for side, flags in (("on", ()), ("off", ("--no-metrics",))):
+        port = free_port()
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                 "--callgrind-out-file=/dev/null", sys.executable, "-m", "llmsim",
+                                 "serve", "--port", str(port), "--log-level", "warning",
+                                 *SERVER_FLAGS, *flags],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            conn = _connect(port, proc)
+            headers = {"content-type": "application/json"}
+
+            def send(n: int) -> None:
+                for _ in range(n):
+                    conn.request("POST", path, body.encode(), headers)
+                    answer = conn.getresponse()
+                    answer.read()
+                    if answer.status != 200:
+                        raise SystemExit(f"the server answered {answer.status}")
+            send(50)                                                         # warm-up
+            switch = ["callgrind_control", "-i", "on", str(proc.pid)]
+            subprocess.run(switch, capture_output=True, check=True)
+            send(count)
+            switch[2] = "off"
+            subprocess.run(switch, capture_output=True, check=True)
+        finally:
+            proc.terminate()
+            err = proc.communicate(timeout=300)[1]
+        found = re.search(r"Collected : (\d+)", err)
+        if not found:
+            raise SystemExit(f"callgrind run failed:\n{err[-2000:]}")
         out[side] = {"Minstr/req": int(found.group(1)) / count / 1e6}
     return out
+
+
+def _connect(port: int, proc) -> http.client.HTTPConnection:
+    """A keep-alive connection once the (slow, instrumented) server answers /health."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("llmsim under valgrind exited at start-up")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+            return conn
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("llmsim under valgrind did not start in 300 s")
+
+
 def report(title: str, best: dict[str, dict[str, float]]) -> float:
     print(f"\n{title}")
     columns = list(best["on"])
@@ -233,12 +262,8 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--endpoint", choices=sorted(BODIES), default="chat")
     ap.add_argument("--mode", choices=("all", "wrk", "asgi", "instructions"), default="all")
-    ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     path, body = BODIES[args.endpoint]
-    if args._child:
-        instructions_child(args._child[0], int(args._child[1]), path, body)
-        return 0
     overheads = {}
     if args.mode in ("all", "wrk"):
         overheads["wrk"] = (report(f"wrk: {args.endpoint}, non-streaming, 32 tokens, wrk -t2 "
@@ -248,10 +273,10 @@ def main() -> int:
         overheads["asgi"] = (report(f"asgi: {args.endpoint}, in-process, best of {args.rounds * 5} "
                                 "batches of 200", run_asgi(args, path, body)))
     if args.mode in ("all", "instructions"):
-        counted = run_instructions(args, args.endpoint)
+        counted = run_instructions(args, path, body)
         if counted:
-            overheads["instructions"] = (report(f"instructions: {args.endpoint}, in-process under callgrind, "
-                                    "100 requests after warm-up", counted))
+            overheads["instructions"] = report(f"instructions: {args.endpoint}, llmsim serve under "
+                                               "callgrind, 200 requests after warm-up", counted)
     judged = next((k for k in ("instructions", "asgi", "wrk") if k in overheads), None)
     if judged is None:
         return 0

@@ -39,36 +39,31 @@ BOUNDS = _bounds()        # histogram upper bounds in seconds (10 us .. 10,000 s
 
 
 class Histogram:
-    """Counts and sums per fixed bucket (`BOUNDS`, then +Inf), with total, min and max.
+    """Counts and sums per fixed bucket (`BOUNDS`, then +Inf), and the largest value.
 
     The sum per bucket lets percentiles land on the values seen (exactly, when a bucket
     holds one value) rather than on bucket edges."""
-    __slots__ = ("counts", "sums", "total", "min", "max")
+    __slots__ = ("counts", "sums", "max")
 
     def __init__(self):
         self.counts = [0] * (len(BOUNDS) + 1)
         self.sums = [0.0] * (len(BOUNDS) + 1)
-        self.total = 0.0
-        self.min = float("inf")
         self.max = 0.0
 
-    def observe(self, seconds: float, n: int = 1) -> None:
-        i = bisect_left(BOUNDS, seconds)
+    def observe(self, seconds: float, n: int = 1, _bounds=BOUNDS) -> None:
+        i = bisect_left(_bounds, seconds)
         self.counts[i] += n
         self.sums[i] += seconds * n
-        self.total += seconds * n
         if seconds > self.max:
             self.max = seconds
-        if seconds < self.min:
-            self.min = seconds
 
     def observe_gaps(self, tokens) -> None:
         """One observation per gap between consecutive tokens (objects with `.at`)."""
         if len(tokens) < 2:
             return
         counts, sums, bounds = self.counts, self.sums, BOUNDS
-        lo, hi = self.min, self.max
-        prev = first = tokens[0].at
+        hi = self.max
+        prev = tokens[0].at
         for token in tokens[1:]:
             t = token.at
             gap = t - prev
@@ -77,15 +72,13 @@ class Histogram:
             sums[i] += gap
             if gap > hi:
                 hi = gap
-            if gap < lo:
-                lo = gap
             prev = t
-        self.total += prev - first
-        self.min, self.max = lo, hi
+        self.max = hi
 
     def snapshot(self) -> dict:
-        return {"counts": [[i, c, self.sums[i]] for i, c in enumerate(self.counts) if c], "sum": self.total,
-                "min": self.min if self.min != float("inf") else None, "max": self.max}
+        sums = self.sums
+        return {"counts": [[i, c, sums[i]] for i, c in enumerate(self.counts) if c],
+                "sum": sum(sums), "max": self.max}
 
 
 class Ring:
@@ -98,12 +91,14 @@ class Ring:
         self.tokens = [0] * RING
         self.errors = [0] * RING
 
-    def add(self, requests: int, tokens: int, errors: int) -> None:
-        second = int(time.time())
+    def clear(self, i: int, second: int) -> None:
+        self.stamps[i] = second
+        self.requests[i] = self.tokens[i] = self.errors[i] = 0
+
+    def add(self, second: int, requests: int, tokens: int, errors: int) -> None:
         i = second % RING
         if self.stamps[i] != second:
-            self.stamps[i] = second
-            self.requests[i] = self.tokens[i] = self.errors[i] = 0
+            self.clear(i, second)
         self.requests[i] += requests
         self.tokens[i] += tokens
         self.errors[i] += errors
@@ -114,16 +109,29 @@ class Ring:
 
 
 class ModelStats:
-    __slots__ = ("requests", "prompt", "completion", "reasoning", "running", "ttft", "itl", "e2e")
+    """One model's counters and simulated-timing histograms. Answers with no simulated time
+    at all (e.g. `--profile instant`) are only counted (`instant`): they join the TTFT and
+    duration histograms' zero bucket in `snapshot`, and have no inter-token gaps to report.
+    So the benchmark case costs a few increments."""
+    __slots__ = ("requests", "prompt", "completion", "reasoning", "running", "ttft", "itl", "e2e",
+                 "instant")
 
     def __init__(self):
         self.requests = self.prompt = self.completion = self.reasoning = self.running = 0
+        self.instant = 0
         self.ttft, self.itl, self.e2e = Histogram(), Histogram(), Histogram()
 
     def snapshot(self) -> dict:
+        hists = {"itl": self.itl.snapshot()}
+        for name, hist, zeros in (("ttft", self.ttft, self.instant), ("e2e", self.e2e, self.instant)):
+            snap = hist.snapshot()
+            if zeros:
+                counts = dict((i, [i, c, total]) for i, c, total in snap["counts"])
+                counts.setdefault(0, [0, 0, 0.0])[1] += zeros
+                snap["counts"] = sorted(counts.values())
+            hists[name] = snap
         return {"requests": self.requests, "prompt": self.prompt, "completion": self.completion,
-                "reasoning": self.reasoning, "running": self.running, "ttft": self.ttft.snapshot(),
-                "itl": self.itl.snapshot(), "e2e": self.e2e.snapshot()}
+                "reasoning": self.reasoning, "running": self.running, **hists}
 
 
 class Exchange:
@@ -171,7 +179,8 @@ def token_lists(plan) -> list[list]:
     items = getattr(plan, "choices", None)
     if items is None:
         items = plan.output
-    return [tokens for item in items if isinstance(tokens := getattr(item, "tokens", None), list)]
+    return [tokens for item in items if (tokens := getattr(item, "tokens", None)).__class__ is list
+            and tokens]
 
 
 class Stats:
@@ -206,30 +215,45 @@ class Stats:
             self._start_sharing()
 
     def request_finished(self, ex: Exchange, seconds: float) -> None:
+        """The hottest call: written out flat (no helper calls on the success path)."""
         self.active -= 1
         self.requests += 1
-        self.http.observe(seconds)
-        self.status[ex.status // 100] += 1
+        http = self.http
+        i = bisect_left(BOUNDS, seconds)
+        http.counts[i] += 1
+        http.sums[i] += seconds
+        if seconds > http.max:
+            http.max = seconds
+        status = ex.status
+        self.status[status // 100] += 1
         counts = self.endpoints.get(ex.endpoint)
         if counts is None:
             counts = self.endpoints[ex.endpoint] = [0, 0, 0]
         counts[0] += 1
         failed = 0
-        if ex.error is None and (ex.status >= 400 or not ex.status):
-            self._count_error(f"http_{ex.status}" if ex.status else "no_response", False)
-        if ex.error is not None or ex.status >= 400 or not ex.status:
+        if ex.error is not None or status >= 400 or not status:
+            if ex.error is None:
+                self._count_error(f"http_{status}" if status else "no_response", False)
             counts[2] += 1
             failed = 1
         tokens = 0
-        if ex.model is not None:
-            ex.model.running -= 1
+        m = ex.model
+        if m is not None:
+            m.running -= 1
             usage = ex.plan.usage
             tokens = usage.total_tokens - usage.input_tokens
             if ex.stream:
                 self.active_streams -= 1
                 counts[1] += 1
                 self.streaming += 1
-        self.ring.add(1, tokens, failed)
+        ring = self.ring
+        second = int(ex.wall + seconds)
+        j = second % RING
+        if ring.stamps[j] != second:
+            ring.clear(j, second)
+        ring.requests[j] += 1
+        ring.tokens[j] += tokens
+        ring.errors[j] += failed
 
     def ws_opened(self) -> None:
         self.ws_connections += 1
@@ -244,10 +268,12 @@ class Stats:
     def record(self, plan, endpoint: str, stream: bool = False) -> None:
         """A planned answer: tokens, simulated TTFT, gaps and duration, per model."""
         ex = CURRENT.get()
-        turn = ex is not None and ex.kind == WEBSOCKET
-        http = ex is not None and not turn and ex.plan is None       # the request's first plan
-        if http:
-            ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
+        turn = http = False
+        if ex is not None:
+            turn = ex.kind == WEBSOCKET
+            http = not turn and ex.plan is None                     # the request's first plan
+            if http:
+                ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
         if not self.enabled:
             return
         m = self.models.get(plan.model)
@@ -255,18 +281,18 @@ class Stats:
             name = plan.model if len(self.models) < MAX_MODELS else OTHER_MODEL
             m = self.models.get(name) or self.models.setdefault(name, ModelStats())
         usage = plan.usage
-        completion, reasoning = output_tokens(usage)
+        prompt, reasoning = usage.input_tokens, usage.reasoning_tokens
+        completion = usage.total_tokens - prompt - reasoning
         m.requests += 1
-        m.prompt += usage.input_tokens
+        m.prompt += prompt
         m.completion += completion
         m.reasoning += reasoning
-        m.ttft.observe(plan.first_token_at)
-        m.e2e.observe(plan.end_at)
-        if plan.end_at == plan.first_token_at:          # all at once (e.g. --profile instant)
-            gaps = sum(len(tokens) - 1 for tokens in token_lists(plan) if tokens)
-            if gaps > 0:
-                m.itl.observe(0.0, gaps)
+        end = plan.end_at
+        if not end:                     # no simulated time at all: no gaps to report either
+            m.instant += 1
         else:
+            m.ttft.observe(plan.first_token_at)
+            m.e2e.observe(end)
             for tokens in token_lists(plan):
                 m.itl.observe_gaps(tokens)
         if http:
@@ -276,7 +302,7 @@ class Stats:
                 self.active_streams += 1
         else:                                   # a WebSocket turn (or planned outside a request)
             self.ws_turns += turn
-            self.ring.add(0, completion + reasoning, 0)
+            self.ring.add(int(time.time()), 0, completion + reasoning, 0)
 
     @contextlib.contextmanager
     def turn(self, plan):
@@ -307,7 +333,7 @@ class Stats:
         if self.enabled:
             self._count_error(kind, injected)
             if ex is None or ex.kind == WEBSOCKET:
-                self.ring.add(0, 0, 1)
+                self.ring.add(int(time.time()), 0, 0, 1)
 
     def _count_error(self, kind: str, injected: bool) -> None:
         table = self.injected if injected else self.errors

@@ -56,7 +56,7 @@ def _alive(pid: int) -> bool:
 
 def _hist() -> dict:
     return {"counts": [0] * (len(BOUNDS) + 1), "sums": [0.0] * (len(BOUNDS) + 1), "sum": 0.0,
-            "min": None, "max": 0.0}
+            "max": 0.0}
 
 
 def _add_hist(into: dict, snap: dict) -> None:
@@ -66,8 +66,6 @@ def _add_hist(into: dict, snap: dict) -> None:
         sums[i] += total
     into["sum"] += snap["sum"]
     into["max"] = max(into["max"], snap["max"])
-    if snap["min"] is not None:
-        into["min"] = snap["min"] if into["min"] is None else min(into["min"], snap["min"])
 
 
 def _add_table(into: dict, table: dict) -> None:
@@ -123,8 +121,8 @@ def combined(models: dict, name: str) -> dict:
 
 def quantile(hist: dict, q: float) -> float | None:
     """Estimated q-quantile in seconds. Within its bucket, values are taken as spread evenly
-    around the bucket's mean, as widely as the bucket (and the seen min/max) allow: a bucket
-    holding one repeated value gives that value exactly."""
+    around the bucket's mean, as widely as the bucket (and the largest value seen) allow: a
+    bucket holding one repeated value gives that value exactly."""
     counts = hist["counts"]
     n = sum(counts)
     if not n:
@@ -132,7 +130,7 @@ def quantile(hist: dict, q: float) -> float | None:
     rank, cum = q * n, 0
     for i, c in enumerate(counts):
         if c and cum + c >= rank:
-            lo = max(BOUNDS[i - 1] if i else 0.0, hist["min"] or 0.0)
+            lo = min(BOUNDS[i - 1] if i else 0.0, hist["max"])
             hi = min(BOUNDS[i] if i < len(BOUNDS) else hist["max"], hist["max"])
             mean = min(max(hist["sums"][i] / c, lo), hi)
             half = min(mean - lo, hi - mean)
