@@ -31,8 +31,9 @@ from llmsim.stats import fault_injected
 from llmsim.templates import Template
 
 HEADER = "x-llmsim-fault"
-# header / schedule parameters and their parsers
+# header / schedule parameters and their parsers, and the largest value each accepts
 PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float, "timeout_ms": float}
+LIMITS = {"after_tokens": 1_000_000_000, "retry_after": 86_400, "timeout_ms": 3_600_000}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +142,9 @@ class FaultInjector:
             count = 1
         params = {k: raw[k] for k in PARAMS if raw.get(k) is not None}
         for key, value in params.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise _raise(error, f"{where}.{key}: must be a number >= 0, got {value!r}", f"{where}.{key}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= LIMITS[key]:
+                raise _raise(error, f"{where}.{key}: must be a number from 0 to {LIMITS[key]}, got {value!r}",
+                             f"{where}.{key}")
         return ScheduleEntry(kind, count, raw.get("every"), params)
 
     def update(self, schedule: list | None, replace: bool, rates: Mapping[str, float] | None) -> None:
@@ -195,11 +197,11 @@ class FaultInjector:
                     "[;retry_after=s][;timeout_ms=ms]", param=HEADER, code="invalid_fault")
             try:
                 params[key] = PARAMS[key](raw.strip())
-                if params[key] < 0:
+                if not 0 <= params[key] <= LIMITS[key]:    # also refuses nan
                     raise ValueError
             except ValueError:
-                raise InvalidRequestError(f"{HEADER}: {key} must be a number >= 0, got {raw.strip()!r}",
-                                          param=HEADER, code="invalid_fault") from None
+                raise InvalidRequestError(f"{HEADER}: {key} must be a number from 0 to {LIMITS[key]}, "
+                                          f"got {raw.strip()!r}", param=HEADER, code="invalid_fault") from None
         return self.make(kind, params, "header")
 
     @staticmethod

@@ -140,6 +140,10 @@ def check(validator, body: t.Any) -> None:
 class BodyValidator(AbstractRequestBodyValidator):
     """JSON body validator with cached compiled schemas and provider-style errors."""
 
+    # Handlers get the body as parsed here (orjson), as on the fast path, not connexion's own
+    # parse of the bytes: integers beyond 64 bits are floats, so storing or echoing them works.
+    MUTABLE_VALIDATION = True
+
     @property
     def _validator(self):
         # connexion builds a validator per request; compile each operation's schema once.

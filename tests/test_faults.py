@@ -48,7 +48,9 @@ async def test_context_length_names_the_input(app_client):
 
 @pytest.mark.parametrize("value, why", [("no_such_kind", "unknown fault kind"),
                                         ("rate_limit;bogus=1", "unknown parameter"),
-                                        ("rate_limit;after_tokens=x", "after_tokens")])
+                                        ("rate_limit;after_tokens=x", "after_tokens"),
+                                        ("timeout;timeout_ms=inf", "timeout_ms"),
+                                        ("rate_limit;retry_after=nan", "retry_after")])
 async def test_bad_fault_header_is_a_400_naming_the_header(app_client, value, why):
     async with app_client() as client:
         response = await create(client, {FAULT: value})
