@@ -2,10 +2,10 @@
 
 Per request, the first trigger that names a fault wins:
 
-1. the request header ``x-llmsim-fault: <kind>[;after_tokens=k][;retry_after=s][;timeout_ms=ms]``
+1. the request header ``x-llmsim-fault: <kind>[;after_tokens=k][;retry_after=s][;timeout_after_ms=ms]``
    (``none`` turns injection off for that request);
 2. the schedule (config ``fault_schedule`` or ``POST /llmsim/faults``): entries
-   ``{kind, count, every, after_tokens, retry_after, timeout_ms}`` -- "the next `count`
+   ``{kind, count, every, after_tokens, retry_after, timeout_after_ms}`` -- "the next `count`
    requests", or "every `every`-th request" (`count` times, or forever); the first entry
    that fires wins;
 3. the rates (config ``errors: {kind: probability}``), drawn from an rng seeded by ``--seed``
@@ -32,8 +32,9 @@ from llmsim.templates import Template
 
 HEADER = "x-llmsim-fault"
 # header / schedule parameters and their parsers, and the largest value each accepts
-PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float, "timeout_ms": float}
-LIMITS = {"after_tokens": 1_000_000_000, "retry_after": 86_400, "timeout_ms": 3_600_000}
+PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float,
+                                           "timeout_after_ms": float}
+LIMITS = {"after_tokens": 1_000_000_000, "retry_after": 86_400, "timeout_after_ms": 3_600_000}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +50,14 @@ class Kind:
     effect: str
     after_tokens: int | None
     retry_after: float | None
-    timeout_ms: float
+    timeout_after_ms: float
 
 
 def load_kinds(path=None) -> dict[str, Kind]:
     doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
     return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
                        dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
-                       k.get("retry_after"), float(k.get("timeout_ms", 0)))
+                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)))
             for name, k in doc["kinds"].items()}
 
 
@@ -66,7 +67,7 @@ class Fault:
     kind: Kind
     after_tokens: int | None
     retry_after: float | None
-    timeout_ms: float
+    timeout_after_ms: float
     source: str                       # header | schedule | rate
 
 
@@ -194,7 +195,7 @@ class FaultInjector:
             if key not in PARAMS or not eq:
                 raise InvalidRequestError(
                     f"{HEADER}: unknown parameter {part!r}; use <kind>[;after_tokens=k]"
-                    "[;retry_after=s][;timeout_ms=ms]", param=HEADER, code="invalid_fault")
+                    "[;retry_after=s][;timeout_after_ms=ms]", param=HEADER, code="invalid_fault")
             try:
                 params[key] = PARAMS[key](raw.strip())
                 if not 0 <= params[key] <= LIMITS[key]:    # also refuses nan
@@ -209,7 +210,7 @@ class FaultInjector:
         after = params.get("after_tokens")
         return Fault(kind, int(after) if after is not None else None,
                      params.get("retry_after", kind.retry_after),
-                     float(params.get("timeout_ms", kind.timeout_ms)), source)
+                     float(params.get("timeout_after_ms", kind.timeout_after_ms)), source)
 
     def error(self, fault: Fault, api: str, body: Mapping[str, Any]) -> InjectedFault:
         kind = fault.kind
@@ -219,8 +220,8 @@ class FaultInjector:
             window = self.catalogue.models[model_id].context_window
         values = _Vars(model=model_id, retry_after=_number(fault.retry_after),
                        retry_after_ms=_number(None if fault.retry_after is None else fault.retry_after * 1000),
-                       after_tokens=_number(fault.after_tokens), timeout_ms=_number(fault.timeout_ms),
-                       context_window=window, context_window_plus=window + 1,
+                       after_tokens=_number(fault.after_tokens),
+                       timeout_after_ms=_number(fault.timeout_after_ms), context_window=window, context_window_plus=window + 1,
                        input_param="messages" if api == "chat" else "input")
         headers = {name: value.format_map(values) for name, value in kind.headers.items()}
         if fault.retry_after is None:
@@ -243,7 +244,7 @@ class FaultInjector:
         effect = fault.kind.effect
         streaming = api == "websocket" or bool(body.get("stream"))
         if effect == "timeout":
-            await self.clock.sleep_until(self.clock.now() + fault.timeout_ms / 1000)
+            await self.clock.sleep_until(self.clock.now() + fault.timeout_after_ms / 1000)
             raise self.error(fault, api, body)
         if effect == "content_filter":
             return Injection(self, fault, api, body)

@@ -23,7 +23,7 @@ async def create(client, headers=None, **extra):
 async def test_header_fault_answers_with_the_catalogued_error(app_client, name):
     kind = KINDS[name]
     async with app_client() as client:
-        response = await create(client, {FAULT: f"{name};timeout_ms=1"})
+        response = await create(client, {FAULT: f"{name};timeout_after_ms=1"})
     assert response.status_code == kind.status
     body = response.json()
     oai_schemas.validate_error_body(body)
@@ -49,7 +49,7 @@ async def test_context_length_names_the_input(app_client):
 @pytest.mark.parametrize("value, why", [("no_such_kind", "unknown fault kind"),
                                         ("rate_limit;bogus=1", "unknown parameter"),
                                         ("rate_limit;after_tokens=x", "after_tokens"),
-                                        ("timeout;timeout_ms=inf", "timeout_ms"),
+                                        ("timeout;timeout_after_ms=inf", "timeout_after_ms"),
                                         ("rate_limit;retry_after=nan", "retry_after")])
 async def test_bad_fault_header_is_a_400_naming_the_header(app_client, value, why):
     async with app_client() as client:

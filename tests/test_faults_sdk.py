@@ -28,7 +28,7 @@ def fault(value: str) -> dict:
 def test_sdk_raises_the_matching_exception_per_kind(client, name):
     kind = KINDS[name]
     with pytest.raises(SDK_ERRORS[kind.status]) as caught:
-        client.responses.create(**ARGS, **fault(f"{name};timeout_ms=1"))
+        client.responses.create(**ARGS, **fault(f"{name};timeout_after_ms=1"))
     assert caught.value.status_code == kind.status
     assert caught.value.code == kind.code
     assert caught.value.type == kind.type
@@ -60,7 +60,7 @@ def test_without_retries_the_scheduled_fault_surfaces(live_server_factory):
 def test_timeout_fault_really_waits(client):
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as caught:
-        client.responses.create(**ARGS, **fault("timeout;timeout_ms=800"))
+        client.responses.create(**ARGS, **fault("timeout;timeout_after_ms=800"))
     elapsed = time.monotonic() - started
     assert caught.value.status_code == 504
     assert 0.75 <= elapsed < 5

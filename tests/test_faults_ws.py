@@ -39,7 +39,7 @@ async def test_immediate_fault_is_an_error_event_and_the_socket_stays_open(serve
 
 
 async def test_timeout_fault_is_a_504_error_event(server):
-    async with connect(ws_url(server), additional_headers={FAULT: "timeout;timeout_ms=200"}) as ws:
+    async with connect(ws_url(server), additional_headers={FAULT: "timeout;timeout_after_ms=200"}) as ws:
         (event,) = await turn(ws)
     assert (event["status"], event["error"]["type"]) == (504, "timeout_error")
 
