@@ -12,6 +12,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from llmsim.clock import Clock
+from llmsim.jsonbytes import dumps
 from llmsim.errors import ConnectionDrop
 from llmsim.templates import Event
 
@@ -20,11 +21,11 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+    return Response(dumps(body), status_code=status, media_type=JSON, headers=headers)
 
 
 def sse_frame(event: Event) -> bytes:
-    data = event.data.encode() if event.raw else orjson.dumps(event.data)
+    data = event.data.encode() if event.raw else dumps(event.data)
     if event.name:
         return b"event: " + event.name.encode() + b"\ndata: " + data + b"\n\n"
     return b"data: " + data + b"\n\n"
@@ -101,4 +102,4 @@ async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock
     async for batch in due_batches(events, start, clock, lateness=lateness):
         for event in batch:
             if not event.raw:
-                await websocket.send_text(orjson.dumps(event.data).decode())
+                await websocket.send_text(dumps(event.data).decode())

@@ -7,6 +7,8 @@ JSON path of the bad field (`input[2].content[0].type`).
 """
 from __future__ import annotations
 
+import json
+import re
 import typing as t
 
 import orjson
@@ -24,6 +26,7 @@ MAX_DEPTH = 64
 RequestValidator = extend(Draft4RequestValidator, {
     keyword: allow_nullable(Draft4Validator.VALIDATORS[keyword]) for keyword in ("oneOf", "anyOf", "allOf")})
 _VALIDATORS: dict[int, t.Any] = {}
+_BIG_INT = re.compile(rb"\d{20}")  # orjson reads integers beyond 64 bits as floats
 
 
 def param_path(path) -> str | None:
@@ -103,7 +106,7 @@ def parse_json(body: bytes) -> t.Any:
     if not body:
         return None
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         try:
             body.decode("utf-8")
@@ -112,6 +115,7 @@ def parse_json(body: bytes) -> t.Any:
         raise InvalidRequestError(
             f"We could not parse the JSON body of your request: {exc}. (HINT: This likely means "
             "you aren't using your HTTP library correctly.)", code="invalid_json") from None
+    return json.loads(body) if _BIG_INT.search(body) else value  # big integers stay integers
 
 
 def check_depth(body: t.Any) -> None:

@@ -30,6 +30,8 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         function = choice.get("function") if isinstance(choice.get("function"), dict) else choice
         if function.get("name") not in named - {None}:
             body["tool_choice"] = "auto"
+    if choice == "required" and not body.get("tools"):      # `required` needs tools
+        body["tool_choice"] = "auto"
 
 
 @schemathesis.hook

@@ -158,3 +158,21 @@ def test_max_output_tokens_above_the_model_limit(server):
 def test_input_longer_than_the_context_window(server):
     error = bad_request(server, {"model": "gpt-4", "input": "word " * 9000})
     assert error["code"] == "context_length_exceeded"
+
+
+def test_nullable_parameters_accept_null(server):
+    nulls = {name: None for name in ("instructions", "temperature", "top_p", "max_output_tokens", "tools",
+                                     "tool_choice", "metadata", "reasoning", "include", "text", "truncation",
+                                     "parallel_tool_calls", "store", "previous_response_id", "service_tier")}
+    response = post(server, {"model": "gpt-4o", "input": "hi", **nulls})
+    check_exchange(response)
+    body = response.json()
+    assert response.status_code == 200, body
+    assert (body["temperature"], body["tool_choice"], body["tools"]) == (1.0, "auto", [])
+
+
+def test_integer_beyond_64_bits_is_read_as_an_integer(server):
+    error = bad_request(server, {"model": "gpt-4o", "input": "hi", "max_output_tokens": 10 ** 30})
+    assert error["param"] == "max_output_tokens"
+    assert "float" not in error["message"]
+    assert "1000000000000000000000000000000" in error["message"]  # read exactly, not as 1e+30

@@ -18,6 +18,8 @@ from typing import Any, Protocol, Sequence
 
 import orjson
 
+from llmsim.jsonbytes import dumps
+
 ACTIVE = ("queued", "in_progress")
 NEVER = float("inf")
 
@@ -59,7 +61,7 @@ class StoredResponse:
         return [*self.input_items, *self.output_items]
 
     def meta_json(self) -> bytes:
-        return orjson.dumps({"input_items": self.input_items, "background": self.background,
+        return dumps({"input_items": self.input_items, "background": self.background,
                              "conversation": self.conversation})
 
     @classmethod
@@ -76,7 +78,7 @@ class Conversation:
     metadata: dict[str, str]
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"created_at": self.created_at, "metadata": self.metadata})
+        return dumps({"created_at": self.created_at, "metadata": self.metadata})
 
     @classmethod
     def from_json(cls, conversation_id: str, raw: bytes) -> "Conversation":

@@ -14,6 +14,7 @@ from typing import Sequence
 import orjson
 
 from llmsim.errors import ConfigError
+from llmsim.jsonbytes import dumps
 from llmsim.store.base import Bounds, Conversation, StoredResponse
 
 PREFIX = "llmsim:"
@@ -156,7 +157,7 @@ class RedisStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        await self._put_response(args=[record.id, record.status, orjson.dumps(record.response),
+        await self._put_response(args=[record.id, record.status, dumps(record.response),
                                        record.meta_json(), self.ttl_ms, self.bounds.max_entries, *frames])
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
@@ -179,7 +180,7 @@ class RedisStore:
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
-        status, response = (snapshot.get("status", ""), orjson.dumps(snapshot)) if snapshot else ("", "")
+        status, response = (snapshot.get("status", ""), dumps(snapshot)) if snapshot else ("", "")
         done = await self._append(args=[response_id, -1 if expect_events is None else expect_events,
                                         self.ttl_ms, status, response, *frames])
         return bool(done)
@@ -210,7 +211,7 @@ class RedisStore:
         return deleted > 0
 
     async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
-        pairs = [value for item in items for value in (item.get("id"), orjson.dumps(item))]
+        pairs = [value for item in items for value in (item.get("id"), dumps(item))]
         return bool(await self._add_items(args=[conversation_id, self.ttl_ms, *pairs]))
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import orjson
 
 from llmsim.errors import ConfigError
+from llmsim.jsonbytes import dumps
 from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse
 
 SCHEMA = """
@@ -94,7 +95,7 @@ class SqliteStore:
             n = db.execute(
                 "INSERT INTO responses (id, expires, status, events, response, meta) VALUES (?,?,?,?,?,?)",
                 (record.id, self.bounds.expires(now), record.status, len(frames),
-                 orjson.dumps(record.response), record.meta_json())).lastrowid
+                 dumps(record.response), record.meta_json())).lastrowid
             _insert_chunk(db, n, 0, frames)
             self._bound(db, "responses", now, n)
         await self._write(put)
@@ -127,7 +128,7 @@ class SqliteStore:
             else:
                 db.execute("UPDATE responses SET events = ?, expires = ?, status = ?, response = ? WHERE n = ?",
                            (count + len(frames), self.bounds.expires(now), snapshot.get("status"),
-                            orjson.dumps(snapshot), n))
+                            dumps(snapshot), n))
             return True
         return await self._write(append)
 
@@ -185,7 +186,7 @@ class SqliteStore:
             if n is None:
                 return False
             db.executemany("INSERT INTO items (conversation_n, id, item) VALUES (?,?,?)",
-                           [(n, item.get("id"), orjson.dumps(item)) for item in items])
+                           [(n, item.get("id"), dumps(item)) for item in items])
             db.execute("UPDATE conversations SET expires = ? WHERE n = ?", (self.bounds.expires(now), n))
             return True
         return await self._write(add)

@@ -1,0 +1,136 @@
+"""Settings: defaults, LLMSIM_* environment, YAML config file and CLI flags, with precedence
+config < environment < command line; bad values fail start-up naming the key and what is allowed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+import yaml
+
+from conftest import REPO
+from llmsim import datafiles
+from llmsim.cli import parser
+from llmsim.errors import ConfigError
+from llmsim.settings import Settings
+
+
+def load(argv=(), environ=None) -> Settings:
+    """Settings as `llmsim serve ARGV` would build them, with exactly `environ` as environment."""
+    args = vars(parser().parse_args(["serve", *argv]))
+    args.pop("command")
+    return Settings.load(args, environ or {})
+
+
+def write_config(tmp_path, values: dict):
+    path = tmp_path / "llmsim.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def test_embedded_defaults():
+    s = load()
+    assert (s.host, s.port, s.target_tokens, s.generator, s.profile, s.seed) == \
+        ("127.0.0.1", 8080, 100, "lorem", None, None)
+    assert (s.ttft_ms, s.tbt_ms, s.usage_semantics, s.allow_any_model) == (None, None, "llmsim", False)
+
+
+def test_cli_flags_set_settings():
+    s = load(["--port", "9001", "--ttft-ms", "200", "--tbt-ms", "20", "--target-tokens", "50",
+              "--seed", "7", "--profile", "instant", "--generator", "echo", "--allow-any-model",
+              "--usage-semantics", "openai"])
+    assert (s.port, s.ttft_ms, s.tbt_ms, s.target_tokens, s.seed, s.profile, s.generator,
+            s.allow_any_model, s.usage_semantics) == (9001, 200, 20, 50, 7, "instant", "echo", True, "openai")
+
+
+def test_environment_variables_set_settings_with_their_types():
+    s = load(environ={"LLMSIM_PORT": "9002", "LLMSIM_TTFT_MS": "12.5", "LLMSIM_ALLOW_ANY_MODEL": "true",
+                      "LLMSIM_FIXED_TEXT": "42", "LLMSIM_HOST": "0.0.0.0"})
+    assert (s.port, s.ttft_ms, s.allow_any_model, s.fixed_text, s.host) == (9002, 12.5, True, "42", "0.0.0.0")
+
+
+def test_config_file_sets_settings(tmp_path):
+    path = write_config(tmp_path, {"target_tokens": 12, "generator": "sequence", "tbt-ms": 3})
+    s = load(["--config", path])
+    assert (s.target_tokens, s.generator, s.tbt_ms) == (12, "sequence", 3)
+
+
+def test_config_file_can_be_named_by_the_environment(tmp_path):
+    path = write_config(tmp_path, {"target_tokens": 13})
+    assert load(environ={"LLMSIM_CONFIG": path}).target_tokens == 13
+
+
+def test_environment_beats_config_file(tmp_path):
+    path = write_config(tmp_path, {"target_tokens": 12, "seed": 1})
+    s = load(["--config", path], {"LLMSIM_TARGET_TOKENS": "34"})
+    assert (s.target_tokens, s.seed) == (34, 1)
+
+
+def test_command_line_beats_environment_and_config_file(tmp_path):
+    path = write_config(tmp_path, {"target_tokens": 12, "generator": "echo", "seed": 1})
+    s = load(["--config", path, "--target-tokens", "56"], {"LLMSIM_TARGET_TOKENS": "34",
+                                                             "LLMSIM_GENERATOR": "random"})
+    assert (s.target_tokens, s.generator, s.seed) == (56, "random", 1)
+
+
+def test_every_setting_has_a_flag_and_a_config_schema_entry():
+    """The three spellings stay in step: Settings field == CLI dest == config key."""
+    dests = set(vars(parser().parse_args(["serve"]))) - {"command"}
+    schema = set(datafiles.read_yaml(datafiles.SCHEMA_DIR / "config.yaml")["properties"])
+    names = {f.name for f in fields(Settings)}
+    assert names - dests == set(), "settings without a CLI flag"
+    assert dests - names == set(), "CLI flags without a setting"
+    assert names - schema == set(), "settings missing from schemas/config.yaml"
+
+
+@pytest.mark.parametrize("values, key, allowed", [
+    ({"generator": "shakespeare"}, "generator", "lorem, echo, fixed, random, sequence"),
+    ({"port": 70000}, "port", "0-65535"),
+    ({"target_tokens": -5}, "target_tokens", "0-1000000"),
+    ({"usage_semantics": "mine"}, "usage_semantics", "openai"),
+    ({"log_level": "loud"}, "log_level", "critical, error, warning, info, debug, trace"),
+    ({"colour": "blue"}, "colour", "known settings"),
+])
+def test_bad_config_value_names_key_and_what_is_allowed(tmp_path, values, key, allowed):
+    with pytest.raises(ConfigError) as caught:
+        load(["--config", write_config(tmp_path, values)])
+    assert key in str(caught.value) and allowed in str(caught.value)
+    assert "llmsim.yaml" in str(caught.value)
+
+
+def test_bad_environment_value_names_the_environment():
+    with pytest.raises(ConfigError) as caught:
+        load(environ={"LLMSIM_TTFT_MS": "-3"})
+    assert "environment" in str(caught.value) and "ttft_ms" in str(caught.value)
+
+
+def serve(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmsim", "serve", "--port", "0", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_serve_with_a_bad_config_file_exits_naming_the_key(tmp_path):
+    result = serve("--config", write_config(tmp_path, {"generator": "shakespeare"}))
+    assert result.returncode != 0
+    assert "generator" in result.stderr and "lorem, echo, fixed, random, sequence" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_with_a_bad_environment_value_exits_naming_the_key():
+    import os
+    result = serve(env={**os.environ, "LLMSIM_USAGE_SEMANTICS": "mine"})
+    assert result.returncode != 0
+    assert "usage_semantics" in result.stderr and "openai" in result.stderr
+
+
+def test_serve_with_an_unknown_profile_exits_listing_the_profiles():
+    result = serve("--profile", "warp-speed")
+    assert result.returncode != 0
+    assert "warp-speed" in result.stderr and "instant" in result.stderr and "gpt-4o" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_with_a_missing_config_file_exits_naming_it(tmp_path):
+    result = serve("--config", str(tmp_path / "absent.yaml"))
+    assert result.returncode != 0 and "absent.yaml" in result.stderr
