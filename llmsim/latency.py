@@ -6,6 +6,7 @@ request began), so pacing never drifts: each event waits for its own deadline.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -63,13 +64,15 @@ class Schedule:
 def schedule(profile: Profile, rng: random.Random, reasoning_tokens: int, visible_tokens: int) -> Schedule:
     first = profile.ttft.sample(rng)
     reasoning_end = first + profile.tbt.sample_sum(reasoning_tokens, rng)
-    times = []
-    t = reasoning_end
-    for i in range(visible_tokens):
-        if i:
-            t += profile.tbt.sample(rng)
-        times.append(t)
-    return Schedule(first, reasoning_end, tuple(times), times[-1] if times else reasoning_end)
+    if visible_tokens <= 0:
+        return Schedule(first, reasoning_end, (), reasoning_end)
+    tbt = profile.tbt
+    if tbt.sd:
+        gaps = (tbt.sample(rng) for _ in range(visible_tokens - 1))
+    else:       # a fixed gap: no draws, the same running sum (so the same floats)
+        gaps = itertools.repeat(tbt.mean / 1000.0, visible_tokens - 1)
+    times = tuple(itertools.accumulate(gaps, initial=reasoning_end))
+    return Schedule(first, reasoning_end, times, times[-1])
 
 
 def spread(start: float, end: float, n: int) -> list[float]:
