@@ -9,12 +9,13 @@ token (or tool-call start and argument fragment), and a finish chunk.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from llmsim import ids, inputs, latency, textgen, toolcalls, tokens
 from llmsim.errors import InvalidRequestError
-from llmsim.plan import Context, Token, Usage, check_context
+from llmsim.plan import Context, TimedPieces, Token, Usage, check_context
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -30,16 +31,18 @@ REQUIRED_FIELDS = {"system": ("content",), "developer": ("content",), "user": ("
 
 
 @dataclass(slots=True)
-class Choice:
+class Choice(TimedPieces):
     index: int
     text: str | None                       # None when the choice calls tools
-    tokens: list[Token]
+    pieces: tuple[str, ...]                # one per visible token (`tokens`: with due times)
+    times: tuple[float, ...]
     tool_calls: list[toolcalls.FunctionCall]
     finish_reason: str
     first_at: float
     end_at: float
     visible_tokens: int
     reasoning_tokens: int
+    _tokens: list[Token] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -60,7 +63,6 @@ class ChatPlan:
     model: str
     req: dict[str, Any]
     choices: list[Choice]
-    chunks: list[Chunk]
     usage: Usage
     first_token_at: float
     end_at: float
@@ -68,6 +70,18 @@ class ChatPlan:
     include_usage: bool
     service_tier: str
     system_fingerprint: str = SYSTEM_FINGERPRINT
+    _chunks: list[Chunk] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """The merged stream, built on first use (a non-streamed answer never needs it)."""
+        if self._chunks is None:
+            self._chunks = merged_chunks(self.choices)
+        return self._chunks
+
+    def replan_chunks(self) -> None:
+        """The choices changed (a content filter cut them): build the stream again."""
+        self._chunks = None
 
     @property
     def time_to_first_token(self) -> float:
@@ -137,7 +151,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     tier = body.get("service_tier")
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return ChatPlan(ids.make("chatcmpl-", ctx.rng, 32), ctx.created_at, body["model"], body, choices,
-                    _chunks(choices), usage, min(c.first_at for c in choices),
+                    usage, min(c.first_at for c in choices),
                     max(c.end_at for c in choices), effort, include_usage,
                     "default" if tier in (None, "auto") else tier)
 
@@ -172,11 +186,11 @@ def _choice(index: int, body: dict, ctx: Context, turns: list, cap: int | None, 
     if names:
         toolcalls.place(calls, sched.token_times, first_at)
         finish = "length" if toolcalls.truncated(calls) else "tool_calls"
-        choice = Choice(index, None, [], calls, finish, first_at, sched.end,
+        choice = Choice(index, None, (), (), calls, finish, first_at, sched.end,
                         sum(c.tokens for c in calls), reasoning)
     else:
-        choice = Choice(index, text.text, [Token(p, t) for p, t in zip(text.pieces, sched.token_times)],
-                        [], "length" if text.truncated else "stop", first_at, sched.end,
+        choice = Choice(index, text.text, text.pieces, sched.token_times, [],
+                        "length" if text.truncated else "stop", first_at, sched.end,
                         text.tokens, reasoning)
     return choice, sched
 
@@ -217,8 +231,7 @@ def _shift(choice: Choice, delta: float) -> None:
         return
     choice.first_at += delta
     choice.end_at += delta
-    for token in choice.tokens:
-        token.at += delta
+    choice.shift(delta)
     for call in choice.tool_calls:
         call.start_at += delta
         call.end_at += delta
@@ -226,17 +239,16 @@ def _shift(choice: Choice, delta: float) -> None:
             fragment.at += delta
 
 
-def _chunks(choices: list[Choice]) -> list[Chunk]:
+def merged_chunks(choices: list[Choice]) -> list[Chunk]:
     """Every choice's chunks, merged by due time (ties keep choice order)."""
     out = []
     for choice in choices:
         out.append(Chunk("role", choice, choice.first_at))
-        for token in choice.tokens:
-            out.append(Chunk("content", choice, token.at, token.text))
+        out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
         for n, call in enumerate(choice.tool_calls):
             out.append(Chunk("tool_call", choice, call.start_at, call=call, call_index=n))
             for fragment in call.fragments:
                 out.append(Chunk("arguments", choice, fragment.at, fragment.text, call, n))
         out.append(Chunk("finish", choice, choice.end_at))
-    out.sort(key=lambda chunk: chunk.at)
+    out.sort(key=attrgetter("at"))
     return out

@@ -104,12 +104,11 @@ def _cut_response(plan, k: int, semantics: str) -> None:
     visible = 0
     for item in plan.output:
         if item.kind == "message":
-            item.tokens = item.tokens[:k]
-            item.text = "".join(token.text for token in item.tokens)
+            item.keep(k)
             item.status = "incomplete"
-            visible += len(item.tokens)
-            if item.tokens:
-                plan.end_at = item.tokens[-1].at
+            visible += len(item.pieces)
+            if item.times:
+                plan.end_at = item.times[-1]
     plan.status, plan.incomplete_reason = "incomplete", "content_filter"
     plan.usage = _usage(plan.usage, visible, semantics)
 
@@ -123,14 +122,12 @@ def _usage(usage, visible: int, semantics: str):
 
 def _cut_chat(plan, k: int, semantics: str) -> None:
     """A Chat plan whose choices stop after k tokens with finish_reason content_filter."""
-    from llmsim import chatplan
     for choice in plan.choices:
         if choice.text is not None:
-            choice.tokens = choice.tokens[:k]
-            choice.text = "".join(token.text for token in choice.tokens)
-            choice.visible_tokens = len(choice.tokens)
-            choice.end_at = choice.tokens[-1].at if choice.tokens else choice.first_at
+            choice.keep(k)
+            choice.visible_tokens = len(choice.pieces)
+            choice.end_at = choice.times[-1] if choice.times else choice.first_at
         choice.finish_reason = "content_filter"
-    plan.chunks = chatplan._chunks(plan.choices)
+    plan.replan_chunks()
     plan.end_at = max(choice.end_at for choice in plan.choices)
     plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)

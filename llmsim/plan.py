@@ -41,14 +41,43 @@ class ReasoningItem:
     kind: str = "reasoning"
 
 
+class TimedPieces:
+    """Visible text as `pieces` (one per token) and their due `times`. The `Token` objects a
+    stream template walks are built on first use: a non-streamed answer never needs them."""
+    __slots__ = ()
+
+    @property
+    def tokens(self) -> list[Token]:
+        tokens = self._tokens
+        if tokens is None:
+            tokens = self._tokens = list(map(Token, self.pieces, self.times))
+        return tokens
+
+    def keep(self, k: int) -> None:
+        """Only the first k tokens (and the text they make)."""
+        self.pieces, self.times = self.pieces[:k], self.times[:k]
+        if self._tokens is not None:
+            self._tokens = self._tokens[:k]
+        self.text = "".join(self.pieces)
+
+    def shift(self, delta: float) -> None:
+        """Every token `delta` seconds later."""
+        self.times = tuple(t + delta for t in self.times)
+        if self._tokens is not None:
+            for token in self._tokens:
+                token.at += delta
+
+
 @dataclass(slots=True)
-class MessageItem:
+class MessageItem(TimedPieces):
     id: str
     text: str
-    tokens: list[Token]
+    pieces: tuple[str, ...]
+    times: tuple[float, ...]
     start_at: float
     status: str = "completed"
     kind: str = "message"
+    _tokens: list[Token] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -153,8 +182,7 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     output: list[Any] = []
     if reasoning_tokens:
         output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
-    message = MessageItem(ids.make("msg_", rng), text.text,
-                          [Token(p, t) for p, t in zip(text.pieces, sched.token_times)],
+    message = MessageItem(ids.make("msg_", rng), text.text, text.pieces, sched.token_times,
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
     output.append(message)
     usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage_semantics)

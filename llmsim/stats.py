@@ -57,15 +57,14 @@ class Histogram:
         if seconds > self.max:
             self.max = seconds
 
-    def observe_gaps(self, tokens) -> None:
-        """One observation per gap between consecutive tokens (objects with `.at`)."""
-        if len(tokens) < 2:
+    def observe_gaps(self, times) -> None:
+        """One observation per gap between consecutive due times."""
+        if len(times) < 2:
             return
         counts, sums, bounds = self.counts, self.sums, BOUNDS
         hi = self.max
-        prev = tokens[0].at
-        for token in tokens[1:]:
-            t = token.at
+        prev = times[0]
+        for t in times[1:]:
             gap = t - prev
             i = bisect_left(bounds, gap)
             counts[i] += 1
@@ -171,6 +170,15 @@ def output_tokens(usage) -> tuple[int, int]:
     """(visible completion tokens, reasoning tokens), whatever the usage semantics."""
     reasoning = usage.reasoning_tokens
     return usage.total_tokens - usage.input_tokens - reasoning, reasoning
+
+
+def token_times(plan) -> list[tuple]:
+    """The due times of a plan's visible tokens, one tuple per message item or Chat choice
+    (function-call arguments are not counted as tokens here)."""
+    items = getattr(plan, "choices", None)
+    if items is None:
+        items = plan.output
+    return [times for item in items if (times := getattr(item, "times", None))]
 
 
 def token_lists(plan) -> list[list]:
@@ -293,8 +301,8 @@ class Stats:
         else:
             m.ttft.observe(plan.first_token_at)
             m.e2e.observe(end)
-            for tokens in token_lists(plan):
-                m.itl.observe_gaps(tokens)
+            for times in token_times(plan):
+                m.itl.observe_gaps(times)
         if http:
             ex.model = m
             m.running += 1
