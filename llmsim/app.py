@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 
 from connexion import AsyncApp
-import orjson
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
 from connexion.middleware import MiddlewarePosition
@@ -66,7 +65,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     def render_error(exc: APIError) -> ConnexionResponse:
         sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
-                                 body=orjson.dumps(error_template.body(error=exc)), headers=exc.headers)
+                                 body=error_template.body_json(error=exc), headers=exc.headers)
 
     async def on_api_error(request, exc: APIError):
         return render_error(exc)
@@ -102,7 +101,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # Outermost: sees every HTTP request and WebSocket connection (stats, headers, logs).
     app.add_middleware(Observer, position=MiddlewarePosition.BEFORE_EXCEPTION, sim=sim)
     guard.install(app, settings=settings, base_paths=BASE_PATHS,
-                  render=lambda exc: orjson.dumps(error_template.body(error=exc)))
+                  render=lambda exc: error_template.body_json(error=exc))
     # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
     app.add_middleware(WebSocketRouting, position=MiddlewarePosition.BEFORE_EXCEPTION,
                        router=ResponsesSocket(sim).router(BASE_PATHS))
@@ -116,7 +115,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     strict_validation=False, validate_responses=False)
 
     async def health(request):
-        return transport.json_response(sim.templates["health"].body(version=__version__))
+        return transport.json_response(sim.templates["health"].body_json(version=__version__))
     app.add_url_rule("/health", "health", health, methods=["GET"])
     app.add_api(ADMIN_SPEC, base_path="/llmsim", name="/llmsim", strict_validation=False,
                 validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)

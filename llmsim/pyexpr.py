@@ -19,6 +19,9 @@ import jinja2
 _CONSTANTS = {"none": "None", "None": "None", "true": "True", "True": "True",
               "false": "False", "False": "False"}
 _UNSUPPORTED_OPS = {"|", "~"}
+# jinja tests with a Python twin: `x is string` -> _test_string(x); `is not` negates.
+_TESTS = {"string": lambda value: isinstance(value, str),
+          "defined": lambda value: not isinstance(value, jinja2.Undefined)}
 
 
 def _attr(obj: Any, name: str) -> Any:
@@ -52,8 +55,10 @@ def _translate(source: str) -> str | None:
         text = tok.string
         if tok.type == tokenize.NAME:
             if prev == "is" or (prev == "not" and i >= 2 and tokens[i - 2].string == "is"):
-                if text not in ("none", "None", "not"):
-                    return None          # a jinja test other than `is none`
+                if text in _TESTS:
+                    text = f"_test_{text}"
+                elif text not in ("none", "None", "not"):
+                    return None          # a jinja test without a Python twin
             if text in _CONSTANTS and prev != ".":
                 text = _CONSTANTS[text]
         out.append((tok.type, text))
@@ -69,6 +74,16 @@ class _Rewrite(ast.NodeTransformer):
 
     def __init__(self, global_names: set[str]):
         self.global_names = global_names
+
+    def visit_Compare(self, node: ast.Compare):
+        """`x is _test_string` (from `x is string`) -> `_test_string(x)`."""
+        test = node.comparators[0] if len(node.ops) == 1 else None
+        if isinstance(test, ast.Name) and test.id.startswith("_test_") and \
+                isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            call = ast.Call(ast.Name(test.id, ast.Load()), [self.visit(node.left)], [])
+            result = call if isinstance(node.ops[0], ast.Is) else ast.UnaryOp(ast.Not(), call)
+            return ast.copy_location(result, node)
+        return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name):
         if node.id in self.global_names or node.id in ("None", "True", "False"):
@@ -87,8 +102,43 @@ _ALLOWED = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Call, ast.Con
             ast.Subscript, ast.Slice, ast.keyword, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)
 
 
-def compile_expression(source: str, global_values: dict[str, Any]) -> Callable[[dict], Any] | None:
-    """A `f(ctx)` equivalent to the jinja expression, or None when jinja must evaluate it."""
+TEST_FUNCTIONS = {f"_test_{name}": test for name, test in _TESTS.items()}
+
+
+def python_source(source: str, global_names: set[str]) -> tuple[str, set[str]] | None:
+    """Python source for the jinja expression, for generated code, and the variables it reads:
+    each variable `x` is read from a local `_n_x` (which the caller binds to `_name(ctx, 'x')`),
+    and `a.get(...)` calls `a.get` directly. None when jinja must evaluate the expression.
+
+    Where `a.get` is no attribute (jinja would then look up the item "get"), the code raises:
+    generated code falls back to the exact path then.
+    """
+    body = _rewrite(source, global_names)
+    if body is None:
+        return None
+    names: set[str] = set()
+    body = _Locals(names).visit(body)
+    return ast.unparse(body), names
+
+
+class _Locals(ast.NodeTransformer):
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def visit_Call(self, node: ast.Call):
+        node = self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "_name":          # _name(ctx, 'x') -> _n_x
+            name = node.args[1].value
+            self.names.add(name)
+            return ast.copy_location(ast.Name(f"_n_{name}", ast.Load()), node)
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "_attr" \
+                and func.args[1].value == "get":                      # _attr(a, 'get')(k) -> a.get(k)
+            node.func = ast.Attribute(func.args[0], "get", ast.Load())
+        return node
+
+
+def _rewrite(source: str, global_names: set[str]) -> ast.expr | None:
     translated = _translate(source)
     if translated is None:
         return None
@@ -98,8 +148,15 @@ def compile_expression(source: str, global_values: dict[str, Any]) -> Callable[[
         return None
     if not all(isinstance(node, _ALLOWED) for node in ast.walk(tree)):
         return None
-    body = _Rewrite(set(global_values)).visit(tree).body
+    return _Rewrite(global_names | {f"_test_{name}" for name in _TESTS}).visit(tree).body
+
+
+def compile_expression(source: str, global_values: dict[str, Any]) -> Callable[[dict], Any] | None:
+    """A `f(ctx)` equivalent to the jinja expression, or None when jinja must evaluate it."""
+    body = _rewrite(source, set(global_values))
+    if body is None:
+        return None
     func = ast.Expression(ast.Lambda(ast.arguments([], [ast.arg("ctx")], None, [], [], None, []), body))
     ast.fix_missing_locations(func)
     code = compile(func, f"<expr {source!r}>", "eval")
-    return eval(code, {"_attr": _attr, "_name": _name, **global_values})  # noqa: S307 - our own compiled AST
+    return eval(code, {"_attr": _attr, "_name": _name, **TEST_FUNCTIONS, **global_values})  # noqa: S307 - our own compiled AST

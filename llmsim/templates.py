@@ -23,14 +23,17 @@ jinja entirely, so a streamed delta costs a few dict and attribute look-ups.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import jinja2
+import orjson
 
 from llmsim import datafiles, pyexpr
 from llmsim.errors import ConfigError
+from llmsim.jsonbytes import dumps
+from llmsim.jsoncodegen import JsonCodegen
+from llmsim.jsonwriter import JsonCompiler
 
 Node = Callable[[dict], Any]
 
@@ -48,14 +51,31 @@ _FOR = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)
 _ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")
 
 
-@dataclass(frozen=True, slots=True)
 class Event:
     """One rendered stream step: `name` is the SSE event name (None for data-only lines),
-    `data` a JSON-able value or a raw string, `at` its due time (seconds after start)."""
-    name: str | None
-    data: Any
-    at: float
-    raw: bool = False
+    `at` its due time (seconds after start). A JSON event has `json`, its serialised data
+    (what transports send), and `data`, the same value decoded on demand; a raw line
+    (`raw=True`, e.g. `[DONE]`) has the string as `data` and no `json`."""
+    __slots__ = ("name", "at", "raw", "_data", "_json")
+
+    def __init__(self, name: str | None, data: Any = None, at: float = 0.0, raw: bool = False,
+                 json: bytes | None = None):
+        self.name, self.at, self.raw, self._data, self._json = name, at, raw, data, json
+
+    @property
+    def data(self) -> Any:
+        if self._data is None and self._json is not None:
+            self._data = orjson.loads(self._json)
+        return self._data
+
+    @property
+    def json(self) -> bytes | None:
+        if self._json is None and not self.raw:
+            self._json = dumps(self._data)
+        return self._json
+
+    def __repr__(self) -> str:
+        return f"Event({self.name!r}, at={self.at!r}, {self.data!r})"
 
 
 class _Const:
@@ -82,13 +102,19 @@ def _getter(path: str) -> Node:
 class Compiler:
     """Turns YAML values and steps into closures; errors name file and path."""
 
-    def __init__(self, objects: dict[str, Node], names: set[str]):
-        self.names = names
+    def __init__(self, objects: dict[str, Node], raw_objects: dict[str, Any]):
+        self.names = set(raw_objects)
         self.env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
         self.env.globals["omit"] = OMIT
         self.env.globals["given"] = _given
         self.env.filters["tojson"] = _tojson
         self.objects = objects
+        self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
+        self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
+
+    def json_writer(self, node: Any, where: str) -> Callable[[dict], bytes | None]:
+        """`node`'s JSON bytes writer: generated code, backed by the closure writer."""
+        return self.codegen.writer(node, where, fallback=self.json.value(node, where))
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()
@@ -194,14 +220,14 @@ class Compiler:
             return target(ctx)
         return render
 
-    def _loop(self, spec: str, where: str) -> tuple[str, Node]:
+    def loop(self, spec: str, where: str) -> tuple[str, Node]:
         match = _FOR.match(spec if isinstance(spec, str) else "")
         if not match:
             raise ConfigError(f"{where}: loop must read 'NAME in EXPRESSION', got {spec!r}")
         return match.group(1), self.string("{{" + match.group(2) + "}}", where)
 
     def _for(self, node: dict, where: str) -> Node:
-        var, source = self._loop(node["$for"], f"{where}.$for")
+        var, source = self.loop(node["$for"], f"{where}.$for")
         body = self.value(node.get("$do"), f"{where}.$do")
 
         def render(ctx):
@@ -229,7 +255,7 @@ class Compiler:
 
     def _step(self, step: dict, where: str):
         if "for" in step:
-            var, source = self._loop(step["for"], f"{where}.for")
+            var, source = self.loop(step["for"], f"{where}.for")
             body = self.steps(step.get("steps", []), f"{where}.steps")
             index = step.get("index")
 
@@ -247,17 +273,23 @@ class Compiler:
             return lambda ctx, clock: (then if test(ctx) else other)(ctx, clock)
         at = self.value(step["at"], f"{where}.at") if "at" in step else None
         name = step.get("event")
-        raw = "raw" in step
-        data = _Const(step["raw"]) if raw else self.value(step.get("data"), f"{where}.data")
+        if "raw" in step:
+            text = step["raw"]
+
+            def emit_raw(ctx, clock):
+                if at is not None:
+                    clock[0] = at(ctx)
+                yield Event(name, text, clock[0], True)
+            return emit_raw
+        self.value(step.get("data"), f"{where}.data")          # checks the value, names errors
+        write = self.json_writer(step.get("data"), f"{where}.data")
 
         def emit(ctx, clock):
             if at is not None:
                 clock[0] = at(ctx)
             ctx["seq"] = clock[1]
-            payload = data(ctx)
-            if not raw:
-                clock[1] += 1
-            yield Event(name, payload, clock[0], raw)
+            clock[1] += 1
+            yield Event(name, None, clock[0], False, write(ctx))
         return emit
 
 
@@ -274,15 +306,22 @@ def _tojson(value) -> str:
 class Template:
     """One compiled template file."""
 
-    def __init__(self, name: str, body: Node | None, stream):
+    def __init__(self, name: str, body: Node | None, body_json, stream):
         self.name = name
         self._body = body
+        self._body_json = body_json
         self._stream = stream
 
     def body(self, **ctx) -> Any:
         if self._body is None:
             raise ConfigError(f"template {self.name!r} has no body")
         return self._body(ctx)
+
+    def body_json(self, **ctx) -> bytes:
+        """The body as JSON bytes: the same as serialising `body(**ctx)`, in one pass."""
+        if self._body_json is None:
+            raise ConfigError(f"template {self.name!r} has no body")
+        return self._body_json(ctx)
 
     def events(self, **ctx) -> Iterator[Event]:
         """Render the stream lazily; `seq` counts JSON events from 0."""
@@ -311,17 +350,23 @@ class TemplateSet:
                     raise ConfigError(f"{path}: objects.{obj_name}: already defined in {owners[obj_name]}; "
                                       "object names are shared by all templates, rename one")
                 owners[obj_name] = path
-        compiler = Compiler(self.objects, set(owners))
         # Objects may refer to each other in any order: compile lazily by name.
         pending = {obj: (path, doc["objects"][obj]) for name, (path, doc) in raw.items()
                    for obj in (doc.get("objects") or {})}
+        compiler = Compiler(self.objects, {obj: value for obj, (_, value) in pending.items()})
         for obj, (path, value) in pending.items():
             self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
+            compiler.json.objects[obj] = compiler.json.value(value, f"{path}: objects.{obj}")
+            compiler.codegen.objects[obj] = compiler.json_writer(value, f"{path}: objects.{obj}")
         self.templates: dict[str, Template] = {}
         for name, (path, doc) in raw.items():
-            body = compiler.value(doc["body"], f"{path}: body") if "body" in doc else None
-            stream = compiler.steps(doc["stream"], f"{path}: stream") if "stream" in doc else None
-            self.templates[name] = Template(name, body, stream)
+            body = body_json = stream = None
+            if "body" in doc:
+                body = compiler.value(doc["body"], f"{path}: body")
+                body_json = compiler.json_writer(doc["body"], f"{path}: body")
+            if "stream" in doc:
+                stream = compiler.steps(doc["stream"], f"{path}: stream")
+            self.templates[name] = Template(name, body, body_json, stream)
 
     def __getitem__(self, name: str) -> Template:
         try:

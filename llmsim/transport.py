@@ -21,11 +21,13 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(dumps(body), status_code=status, media_type=JSON, headers=headers)
+    """A JSON answer: `body` is a JSON-able value or its serialised bytes (`Template.body_json`)."""
+    content = body if body.__class__ is bytes else dumps(body)
+    return Response(content, status_code=status, media_type=JSON, headers=headers)
 
 
 def sse_frame(event: Event) -> bytes:
-    data = event.data.encode() if event.raw else dumps(event.data)
+    data = event.data.encode() if event.raw else event.json
     if event.name:
         return b"event: " + event.name.encode() + b"\ndata: " + data + b"\n\n"
     return b"data: " + data + b"\n\n"
@@ -102,4 +104,4 @@ async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock
     async for batch in due_batches(events, start, clock, lateness=lateness):
         for event in batch:
             if not event.raw:
-                await websocket.send_text(dumps(event.data).decode())
+                await websocket.send_text(event.json.decode())

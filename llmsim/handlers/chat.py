@@ -24,4 +24,4 @@ class ChatHandlers:
             return transport.sse_response(transport.paced(events, start, sim.clock, keepalive,
                                                           sim.stats.lateness))
         await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body(plan=plan, req=body))
+        return transport.json_response(self.template.body_json(plan=plan, req=body))

@@ -11,7 +11,7 @@ class FaultsHandlers:
         self.template = sim.templates["faults"]
 
     def _state(self):
-        return transport.json_response(self.template.body(injector=self.faults))
+        return transport.json_response(self.template.body_json(injector=self.faults))
 
     async def get_state(self):
         return self._state()

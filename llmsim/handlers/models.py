@@ -11,7 +11,7 @@ class ModelsHandlers:
         self.template = sim.templates["models"]
 
     async def list_models(self):
-        return transport.json_response(self.template.body(models=list(self.sim.catalogue)))
+        return transport.json_response(self.template.body_json(models=list(self.sim.catalogue)))
 
     async def get_model(self, model: str):
-        return transport.json_response(self.template.body(model=self.sim.catalogue.get(model)))
+        return transport.json_response(self.template.body_json(model=self.sim.catalogue.get(model)))

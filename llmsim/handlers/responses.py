@@ -1,6 +1,7 @@
 """POST /responses (stored, chained, in a conversation or in the background: llmsim.state)."""
 from __future__ import annotations
 
+import orjson
 from connexion import request
 
 from llmsim import plan as planning
@@ -35,7 +36,9 @@ class ResponsesHandlers:
                 chunks = sim.state.recorded(chunks, body, prior, own)
             return transport.sse_response(chunks)
         await sim.clock.sleep_until(start + plan.end_at)
-        response = self.template.body(plan=plan, req=body)
-        await sim.state.save(body, prior, own, response)
-        await sim.state.conclude(body, prior, own, response)
-        return transport.json_response(response)
+        content = self.template.body_json(plan=plan, req=body)
+        if wants_store(body):                               # the store keeps the object
+            response = orjson.loads(content)
+            await sim.state.save(body, prior, own, response)
+            await sim.state.conclude(body, prior, own, response)
+        return transport.json_response(content)

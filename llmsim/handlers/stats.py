@@ -14,7 +14,7 @@ class StatsHandlers:
 
     async def get(self):
         view = statsview.view(statsview.gather(self.sim.stats))
-        return transport.json_response(self.template.body(view=view))
+        return transport.json_response(self.template.body_json(view=view))
 
     async def metrics(self, request=None):
         body = metrics.exposition(statsview.gather(self.sim.stats))

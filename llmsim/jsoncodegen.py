@@ -1,0 +1,287 @@
+"""Template values compiled to Python source: one function per value, writing its JSON bytes.
+
+A streamed event costs what its template costs to evaluate, so the hot templates are turned
+into straight-line code at start-up, the way jinja2 compiles its templates:
+
+    {type: response.output_text.delta, sequence_number: "{{ seq }}", delta: "{{ token.text }}"}
+
+becomes
+
+    def write(ctx):
+        return b"".join((b'{"type":"response.output_text.delta","sequence_number":',
+                         _d(ctx['seq']), b',"delta":', _d(_g(ctx['token'], 'text')), b'}'))
+
+Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
+look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
+can occur. The generated function is only a fast path: on any exception it hands the value to
+the closure writer of `jsonwriter`, which gives the same bytes or the precise template error.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable, NamedTuple
+
+import orjson
+
+from llmsim import pyexpr
+from llmsim.jsonbytes import dumps
+
+Writer = Callable[[dict], "bytes | None"]
+LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)     # as templates._FOR
+
+
+class Gen(NamedTuple):
+    """Generated code for one value: a Python expression giving its JSON bytes (None when the
+    value is omitted), or `const`, the bytes of a value without expressions."""
+    code: str
+    const: bytes | None = None
+    omittable: bool = False
+
+
+def _const(data: bytes) -> Gen:
+    return Gen(repr(data), data)
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A dotted name's step, as `templates._getter` does it: a dict's item, else the attribute."""
+    return obj[name] if obj.__class__ is dict else getattr(obj, name)
+
+
+def _commas(parts) -> bytes:
+    return b",".join([p for p in parts if p is not None])
+
+
+def _concat(parts: list) -> str:
+    """Code joining `parts` (bytes literals and code strings), adjacent literals merged."""
+    merged: list = []
+    for part in parts:
+        if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    code = [repr(p) if isinstance(p, bytes) else p for p in merged]
+    return code[0] if len(code) == 1 else f'b"".join(({", ".join(code)},))'
+
+
+class JsonCodegen:
+    """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
+
+    def __init__(self, compiler, omit, raw_objects: dict[str, Any]):
+        self.compiler = compiler
+        self.omit = omit
+        self.raw_objects = raw_objects            # object name -> its YAML (for `omit`-ability)
+        self.objects: dict[str, Writer] = {}     # object name -> its writer (filled by the caller)
+        self._ids = itertools.count()
+        self.namespace = {"_d": orjson.dumps, "_F": orjson.Fragment, "_g": _get, "_commas": _commas, "_objs": self.objects,
+                          "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
+                          **pyexpr.TEST_FUNCTIONS, **compiler.env.globals}
+        self._names: set[str] = set()             # variables the function being generated reads
+
+    def writer(self, node: Any, where: str, fallback: Writer) -> Writer:
+        """`node`'s JSON writer: generated code, with `fallback` when it raises."""
+        gen, names = self._scoped(node, where)
+        if gen.const is not None:
+            data = gen.const
+            return lambda ctx: data
+        fast = self._define(gen.code, names)
+
+        def write(ctx):
+            try:
+                return fast(ctx)
+            except Exception:       # the closure writer answers, or names the template error
+                return fallback(ctx)
+        return write
+
+    def _scoped(self, node: Any, where: str) -> tuple[Gen, set[str]]:
+        """Generate `node` as the body of a new function: its code and the variables it reads."""
+        outer, self._names = self._names, set()
+        try:
+            return self.gen(node, where), self._names
+        finally:
+            self._names = outer
+
+    def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
+        """A function of ctx returning `code`; each variable read once, into a local."""
+        name = f"_w{next(self._ids)}"
+        lines = [f"def {name}(ctx):"]
+        lines += [f"    _n_{var} = _name(ctx, {var!r})" for var in sorted(names)]
+        lines.append(f"    return {code}")
+        exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
+             self.namespace)  # noqa: S102 - our own generated code
+        return self.namespace[name]
+
+    def _callable(self, f: Callable) -> str:
+        name = f"_c{next(self._ids)}"
+        self.namespace[name] = f
+        return name
+
+    # -- values (Python objects), for tests, names, loop sources and $with ------------------
+    def value_code(self, node: Any, where: str) -> str:
+        if isinstance(node, str):
+            whole = node.strip()
+            if whole.startswith("{{") and whole.endswith("}}") and "{{" not in whole[2:-2]:
+                source = whole[2:-2].strip()
+                if self._dotted(source):
+                    head, *rest = source.split(".")
+                    self._names.add(head)
+                    code = f"_n_{head}"
+                    for name in rest:
+                        code = f"_g({code}, {name!r})"
+                    return code
+                native = pyexpr.python_source(source, set(self.compiler.env.globals))
+                if native is not None:
+                    self._names |= native[1]
+                    return f"({native[0]})"
+            elif "{{" not in node and "{%" not in node:
+                return repr(node)
+        if node is None or isinstance(node, (bool, int, float)):
+            return repr(node)
+        return f"{self._callable(self.compiler.value(node, where))}(ctx)"
+
+    @staticmethod
+    def _dotted(source: str) -> bool:
+        return all(part.isidentifier() for part in source.split(".")) and source not in (
+            "omit", "none", "None", "true", "false")
+
+    # -- JSON bytes -------------------------------------------------------------------------
+    def gen(self, node: Any, where: str) -> Gen:
+        if isinstance(node, str):
+            return self._leaf(node, where)
+        if isinstance(node, list):
+            return self._sequence([self.gen(v, f"{where}[{i}]") for i, v in enumerate(node)])
+        if isinstance(node, dict):
+            if "$object" in node:
+                return self._object(node, where)
+            if "$for" in node:
+                return self._for(node, where)
+            if "$if" in node:
+                return self._if(node, where)
+            return self._dict(node, where)
+        return _const(dumps(node))
+
+    def _leaf(self, text: str, where: str) -> Gen:
+        if "{{" not in text and "{%" not in text:
+            return _const(dumps(text))
+        code = self.value_code(text, where)
+        if not self._may_omit(text):
+            return Gen(f"_d({code})")
+        v = f"_v{next(self._ids)}"
+        return Gen(f"(None if ({v} := {code}) is OMIT else _d({v}))", omittable=True)
+
+    @staticmethod
+    def _may_omit(text: str) -> bool:
+        return "omit" in text
+
+    def _dict(self, node: dict, where: str) -> Gen:
+        entries = [(dumps({k: 0})[1:-2], self.gen(v, f"{where}.{k}")) for k, v in node.items()]
+        if all(g.const is not None for _, g in entries):
+            return _const(b"{" + b",".join(p + g.const for p, g in entries) + b"}")
+        if not any(g.omittable for _, g in entries):
+            parts: list = [b"{"]
+            for i, (prefix, g) in enumerate(entries):
+                parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g.code]
+            return Gen(_concat([*parts, b"}"]))
+        # Some entries may vanish: runs of fixed entries, and each optional one, joined by commas.
+        elements, run = [], []
+        for prefix, g in entries:
+            if g.omittable:
+                if run:
+                    elements.append(_concat(run))
+                    run = []
+                v = f"_v{next(self._ids)}"
+                elements.append(f"(None if ({v} := {g.code}) is None else {prefix!r} + {v})")
+            else:
+                run += [b"," if run else b"", prefix, g.const if g.const is not None else g.code]
+        if run:
+            elements.append(_concat(run))
+        return Gen(f'b"{{" + _commas(({", ".join(elements)},)) + b"}}"')
+
+    def _sequence(self, items: list[Gen]) -> Gen:
+        if all(g.const is not None for g in items):
+            return _const(b"[" + b",".join(g.const for g in items) + b"]")
+        if any(g.omittable for g in items):
+            return Gen(f'b"[" + _commas(({", ".join(g.code for g in items)},)) + b"]"')
+        parts: list = [b"["]
+        for i, g in enumerate(items):
+            parts += [b"," if i else b"", g.const if g.const is not None else g.code]
+        return Gen(_concat([*parts, b"]"]))
+
+    def _object(self, node: dict, where: str) -> Gen:
+        name = node["$object"]
+        fixed = isinstance(name, str) and "{{" not in name
+        name_code = repr(name) if fixed else self.value_code(name, f"{where}.$object")
+        ctx = "ctx"
+        extra = node.get("$with") or {}
+        if extra:
+            items = ", ".join(f"{k!r}: {self._with_code(name if fixed else None, k, v, f'{where}.$with.{k}')}"
+                              for k, v in extra.items())
+            ctx = f"{{**ctx, {items}}}"
+        omittable = not fixed or self._object_may_omit(name, set())
+        return Gen(f"_objs[{name_code}]({ctx})", omittable=omittable)
+
+    def _with_code(self, target: str | None, var: str, node: Any, where: str) -> str:
+        """A `$with` value. A list or mapping the target object only writes out whole
+        (`"{{ var }}"`) is passed already serialised (an orjson Fragment), not built and
+        serialised again."""
+        if isinstance(node, (list, dict)) and target is not None and \
+                self._used_whole(self.raw_objects.get(target), var, set()):
+            gen = self.gen(node, where)
+            if not gen.omittable:
+                return f"_F({gen.code})"
+        return self.value_code(node, where)
+
+    def _used_whole(self, node: Any, var: str, seen: set) -> bool:
+        """True when every use of `var` in `node` (and the objects it embeds) is a value
+        `"{{ var }}"`: never a test, a loop source, an object name or part of an expression."""
+        mentions = re.compile(rf"\b{re.escape(var)}\b").search
+        if isinstance(node, str):
+            whole = node.strip()
+            return whole.replace(" ", "") == "{{" + var + "}}" or not ("{" in node and mentions(node))
+        if isinstance(node, list):
+            return all(self._used_whole(v, var, seen) for v in node)
+        if not isinstance(node, dict):
+            return True
+        if "$object" in node:
+            name, extra = node["$object"], node.get("$with") or {}
+            if not isinstance(name, str) or "{" in name or any(mentions(str(v)) for v in extra.values()):
+                return False
+            return name in seen or self._used_whole(self.raw_objects.get(name), var, seen | {name})
+        if "$for" in node:
+            return not mentions(str(node["$for"])) and self._used_whole(node.get("$do"), var, seen)
+        if "$if" in node:
+            return not mentions(str(node["$if"])) and all(
+                self._used_whole(node.get(k), var, seen) for k in ("$then", "$else"))
+        return all(self._used_whole(v, var, seen) for v in node.values())
+
+    def _object_may_omit(self, name: str, seen: set) -> bool:
+        if name in seen:
+            return True
+        node = self.raw_objects.get(name)
+        if isinstance(node, str):
+            return self._may_omit(node)
+        if isinstance(node, dict):
+            if "$object" in node:
+                inner = node["$object"]
+                return not (isinstance(inner, str) and "{{" not in inner) or \
+                    self._object_may_omit(inner, seen | {name})
+            if "$if" in node:
+                return True
+        return False
+
+    def _for(self, node: dict, where: str) -> Gen:
+        var, _ = self.compiler.loop(node["$for"], f"{where}.$for")      # checks the spelling
+        source = self.value_code("{{" + LOOP.match(node["$for"]).group(2) + "}}", f"{where}.$for")
+        body, names = self._scoped(node.get("$do"), f"{where}.$do")
+        if body.const is not None:
+            return Gen(f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
+        item = self._define(body.code, names)
+        name = self._callable(item)
+        return Gen(f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {source}]) + b"]"')
+
+    def _if(self, node: dict, where: str) -> Gen:
+        test = self.value_code(node["$if"], f"{where}.$if")
+        then = self.gen(node.get("$then"), f"{where}.$then")
+        other = self.gen(node["$else"], f"{where}.$else") if "$else" in node else Gen("None", omittable=True)
+        return Gen(f"({then.code} if {test} else {other.code})",
+                   omittable=then.omittable or other.omittable)

@@ -1,0 +1,73 @@
+"""Templates are compiled twice: to values and straight to JSON bytes. Whatever a template
+renders, the bytes on the wire are exactly the serialised value (keys, order, omitted keys)."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from llmsim import chatplan
+from llmsim import plan as planning
+from llmsim.clock import FakeClock
+from llmsim.errors import InvalidRequestError
+from llmsim.jsonbytes import dumps
+from llmsim.settings import Settings
+from llmsim.simulator import Simulator
+
+TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}
+CHAT_TOOL = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
+
+RESPONSES = [
+    {"model": "gpt-4o", "input": "Say something."},
+    {"model": "o3", "input": "Think.", "reasoning": {"effort": "high", "summary": "auto"},
+     "include": ["reasoning.encrypted_content"]},
+    {"model": "gpt-5", "input": "Short.", "max_output_tokens": 3, "metadata": {"k": "v"},
+     "temperature": 0.3, "user": "u1", "instructions": "Be brief."},
+    {"model": "gpt-4o", "input": "Weather?", "tools": [TOOL, {"type": "web_search"}],
+     "tool_choice": "required", "parallel_tool_calls": True},
+    {"model": "gpt-4o", "input": [{"role": "user", "content": "é ünïcode ✓"}], "store": False,
+     "background": True, "text": {"format": {"type": "text"}}, "top_p": 0.5},
+]
+CHATS = [
+    {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say something."}]},
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Two."}], "n": 2,
+     "max_tokens": 4, "stream_options": {"include_usage": True}},
+    {"model": "gpt-4o", "messages": [{"role": "user", "content": "Weather?"}],
+     "tools": [CHAT_TOOL], "tool_choice": "required"},
+]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator.load(Settings(profile="instant", seed=7, target_tokens=12), FakeClock())
+
+
+@pytest.mark.parametrize("body", RESPONSES, ids=lambda b: b["model"] + "-" + str(len(b)))
+def test_responses_body_bytes_are_the_serialised_body(sim, body):
+    template = sim.templates["responses"]
+    plan = planning.plan_response(body, sim.context(body["model"]), [])
+    assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
+
+
+@pytest.mark.parametrize("body", CHATS, ids=lambda b: b["model"] + "-" + str(len(b)))
+def test_chat_body_bytes_are_the_serialised_body(sim, body):
+    template = sim.templates["chat"]
+    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+    assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
+
+
+def test_error_body_bytes_keep_omitted_and_null_fields(sim):
+    template = sim.templates["errors"]
+    error = InvalidRequestError("Bad value", param="input[0].content", code="invalid_value")
+    assert template.body_json(error=error) == dumps(template.body(error=error))
+
+
+def test_stream_events_decode_to_objects_in_template_order(sim):
+    body = {"model": "o3", "input": "Think.", "reasoning": {"summary": "auto"}, "stream": True}
+    plan = planning.plan_response(body, sim.context("o3"), [])
+    events = list(sim.templates["responses"].events(plan=plan, req=body))
+    assert [e.data["sequence_number"] for e in events] == list(range(len(events)))
+    assert all(e.json == orjson.dumps(e.data) for e in events)
+    assert list(events[0].data) == ["type", "sequence_number", "response"]
+
