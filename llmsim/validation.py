@@ -89,16 +89,19 @@ def _type_enum(schema: dict) -> list[str]:
 
 
 def _depth(value, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return False
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    return True
+    """No value (the root is at depth 1) deeper than `limit`; walked level by level."""
+    level = [value]
+    for _ in range(limit - 1):          # level k -> level k + 1, up to `limit`
+        below = []
+        for node in level:
+            if isinstance(node, dict):
+                below += node.values()
+            elif isinstance(node, list):
+                below += node
+        if not below:
+            return True
+        level = below
+    return not any(node for node in level if isinstance(node, (dict, list)))
 
 
 def parse_json(body: bytes) -> t.Any:
@@ -118,7 +121,12 @@ def parse_json(body: bytes) -> t.Any:
     return json.loads(body) if _BIG_INT.search(body) else value  # big integers stay integers
 
 
-def check_depth(body: t.Any) -> None:
+def check_depth(body: t.Any, raw: bytes | None = None) -> None:
+    """InvalidRequestError when `body` nests deeper than MAX_DEPTH. Given the JSON text it was
+    parsed from, a text with fewer than MAX_DEPTH opening brackets passes unwalked: each level
+    below the root needs one."""
+    if raw is not None and raw.count(b"{") + raw.count(b"[") < MAX_DEPTH:
+        return
     if not _depth(body, MAX_DEPTH):
         raise InvalidRequestError(f"The JSON body is nested deeper than {MAX_DEPTH} levels.",
                                   code="invalid_json")

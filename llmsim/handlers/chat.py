@@ -1,7 +1,7 @@
 """POST /chat/completions."""
 from __future__ import annotations
 
-from connexion import request
+from llmsim.fastpath import request_headers
 
 from llmsim import chatplan, transport
 from llmsim.simulator import Simulator
@@ -15,7 +15,7 @@ class ChatHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.now()
-        fault = await sim.faults.begin("chat", body, request.headers)
+        fault = await sim.faults.begin("chat", body, request_headers())
         plan = fault.shape(chatplan.plan_chat(body, sim.context(body["model"])))
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):

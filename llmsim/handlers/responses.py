@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import orjson
-from connexion import request
+from llmsim.fastpath import request_headers
 
 from llmsim import plan as planning
 from llmsim import transport
@@ -18,7 +18,7 @@ class ResponsesHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.now()
-        fault = await sim.faults.begin("responses", body, request.headers)
+        fault = await sim.faults.begin("responses", body, request_headers())
         prior = await sim.state.prior(body)      # previous_response_id / conversation history
         ctx = sim.context(body["model"])
         plan = fault.shape(planning.plan_response(body, ctx, prior.turns))
