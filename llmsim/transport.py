@@ -6,10 +6,10 @@ together in one chunk, so a burst costs one socket write.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Iterable, Iterator
 
-import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from llmsim.clock import Clock
 from llmsim.jsonbytes import dumps
@@ -92,9 +92,58 @@ async def paced(events: Iterable[Event], start: float, clock: Clock,
             yield b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
 
 
-def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> StreamingResponse:
-    return StreamingResponse(chunks, media_type="text/event-stream",
-                             headers={**SSE_HEADERS, **(headers or {})})
+def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> "SSEResponse":
+    return SSEResponse(chunks, headers)
+
+
+class SSEResponse(Response):
+    """An event stream as an ASGI response: the headers, then each chunk as it comes.
+
+    Lighter than starlette's StreamingResponse, which (under uvicorn's ASGI 2.3) runs every
+    stream in an anyio task group beside a task listening for the client to leave. Here a
+    stream still running after `WATCH_AFTER` seconds gets that listener (instant streams
+    never need one); when the client leaves, it cancels the stream where it waits, and the
+    response ends quietly.
+    """
+    WATCH_AFTER = 0.05
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[bytes], headers: dict | None = None):  # noqa: super
+        self.chunks = chunks
+        self.status_code, self.background = 200, None
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                            *((k.encode("latin-1"), v.encode("latin-1"))
+                              for k, v in {**SSE_HEADERS, **(headers or {})}.items())]
+        self.finished = self.left = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        watcher: list[asyncio.Task] = []
+        timer = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
+            loop.create_task(self._watch(receive, task))))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self.left:
+                raise
+            task.uncancel()          # our own cancellation: the client left, nothing to answer
+        finally:
+            self.finished = True
+            timer.cancel()
+            for watching in watcher:
+                watching.cancel()
+
+    async def _watch(self, receive, task: asyncio.Task) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.finished:
+            self.left = True
+            task.cancel()
 
 
 async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock,
