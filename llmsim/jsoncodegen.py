@@ -93,6 +93,23 @@ class JsonCodegen:
                 return fallback(ctx)
         return write
 
+    def value_function(self, node: Any, where: str, fallback: Callable[[dict], Any]) -> Callable[[dict], Any]:
+        """`node`'s value (a step's time or test, a loop's items) by generated code, with
+        `fallback` (the closure) when it raises."""
+        outer, self._names = self._names, set()
+        try:
+            code, names = self.value_code(node, where), self._names
+        finally:
+            self._names = outer
+        fast = self._define(code, names)
+
+        def value(ctx):
+            try:
+                return fast(ctx)
+            except Exception:
+                return fallback(ctx)
+        return value
+
     def _scoped(self, node: Any, where: str) -> tuple[Gen, set[str]]:
         """Generate `node` as the body of a new function: its code and the variables it reads."""
         outer, self._names = self._names, set()
@@ -126,7 +143,9 @@ class JsonCodegen:
                     head, *rest = source.split(".")
                     self._names.add(head)
                     code = f"_n_{head}"
-                    for name in rest:
+                    if rest:        # the first step inline: a dict's item, else the attribute
+                        code = f"({code}[{rest[0]!r}] if {code}.__class__ is dict else {code}.{rest[0]})"
+                    for name in rest[1:]:
                         code = f"_g({code}, {name!r})"
                     return code
                 native = pyexpr.python_source(source, set(self.compiler.env.globals))

@@ -112,6 +112,10 @@ class Compiler:
         self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
         self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
 
+    def fast(self, node: Any, where: str) -> Node:
+        """`node`'s value by generated code, backed by the closure."""
+        return self.codegen.value_function(node, where, fallback=self.value(node, where))
+
     def json_writer(self, node: Any, where: str) -> Callable[[dict], bytes | None]:
         """`node`'s JSON bytes writer: generated code, backed by the closure writer."""
         return self.codegen.writer(node, where, fallback=self.json.value(node, where))
@@ -256,6 +260,8 @@ class Compiler:
     def _step(self, step: dict, where: str):
         if "for" in step:
             var, source = self.loop(step["for"], f"{where}.for")
+            source = self.codegen.value_function("{{" + _FOR.match(step["for"]).group(2) + "}}",
+                                                 f"{where}.for", fallback=source)
             body = self.steps(step.get("steps", []), f"{where}.steps")
             index = step.get("index")
 
@@ -267,11 +273,11 @@ class Compiler:
                     yield from body(inner, clock)
             return loop
         if "if" in step:
-            test = self.value(step["if"], f"{where}.if")
+            test = self.fast(step["if"], f"{where}.if")
             then = self.steps(step.get("steps", []), f"{where}.steps")
             other = self.steps(step.get("else", []), f"{where}.else")
             return lambda ctx, clock: (then if test(ctx) else other)(ctx, clock)
-        at = self.value(step["at"], f"{where}.at") if "at" in step else None
+        at = self.fast(step["at"], f"{where}.at") if "at" in step else None
         name = step.get("event")
         if "raw" in step:
             text = step["raw"]
