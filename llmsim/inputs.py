@@ -88,13 +88,15 @@ def chat_turns(messages: list[dict]) -> list[Turn]:
 
 
 def count(turns: Iterable[Turn], encoding: str) -> int:
+    count_text = tokens.count
     total = tokens.REPLY_PRIMING
     for turn in turns:
-        total += tokens.TOKENS_PER_MESSAGE + tokens.count(turn.role, encoding)
-        total += sum(tokens.count(t, encoding) for t in turn.texts)
+        total += tokens.TOKENS_PER_MESSAGE + count_text(turn.role, encoding)
+        for text in turn.texts:
+            total += count_text(text, encoding)
         total += turn.images * tokens.IMAGE_TOKENS
         if turn.name:
-            total += tokens.TOKENS_PER_NAME + tokens.count(turn.name, encoding)
+            total += tokens.TOKENS_PER_NAME + count_text(turn.name, encoding)
     return total
 
 

@@ -13,7 +13,7 @@ import gzip
 import hashlib
 import os
 import tempfile
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import tiktoken
@@ -67,7 +67,17 @@ def _compact(found: tiktoken.Encoding) -> None:
         pass
 
 
+SHORT_TEXT = 64          # texts up to this many characters are counted once, then remembered
+
+
 def count(text: str, encoding_name: str) -> int:
     if not text:
         return 0
+    if len(text) <= SHORT_TEXT:      # roles, names, short prompts: the same few strings again
+        return _count_short(text, encoding_name)
+    return len(encoding(encoding_name).encode_ordinary(text))
+
+
+@lru_cache(maxsize=1024)
+def _count_short(text: str, encoding_name: str) -> int:
     return len(encoding(encoding_name).encode_ordinary(text))
