@@ -15,7 +15,7 @@ from typing import Any
 
 from llmsim import ids, inputs, latency, textgen, toolcalls, tokens
 from llmsim.errors import InvalidRequestError
-from llmsim.plan import Context, TimedPieces, Token, Usage, check_context
+from llmsim.plan import Context, TimedPieces, Token, Usage, check_context, visible_text
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -165,8 +165,7 @@ def _choice(index: int, body: dict, ctx: Context, turns: list, cap: int | None, 
         calls = toolcalls.make_calls(names, tool_req, rng, enc)
         wanted = sum(c.tokens for c in calls)
     else:
-        gen_input = textgen.GenerationInput(rng, inputs.last_user_text(turns), s.fixed_text)
-        text = _stop(textgen.generate(s.generator, s.target_tokens, None, gen_input, enc), stops, enc)
+        text = _stop(visible_text(ctx, turns, None), stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted)
     room = cap
@@ -203,6 +202,8 @@ def _stops(stop: Any) -> list[str]:
 
 def _stop(text: textgen.Text, stops: list[str], encoding: str) -> textgen.Text:
     """The text up to (not including) the first stop sequence, as the model would stop there."""
+    if not stops:
+        return text
     hits = [i for i in (text.text.find(s) for s in stops) if i >= 0]
     if not hits:
         return text

@@ -52,7 +52,7 @@ def load_profiles(path: Path) -> dict[str, Profile]:
             for name, p in doc["profiles"].items()}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
 class Schedule:
     """When things are due, in seconds after the request began."""
     first_token: float             # first token of any kind (reasoning or visible)

@@ -120,7 +120,7 @@ class Plan:
         return self.created_at + int(self.end_at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
 class Context:
     """What planning needs from the server, besides the request."""
     settings: Any
@@ -133,6 +133,8 @@ class Context:
 
 def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None) -> textgen.Text:
     s = ctx.settings
+    if s.generator in textgen.PURE:     # says the same whatever the request: no input to read
+        return textgen.generate(s.generator, s.target_tokens, cap, None, ctx.model.encoding)
     gen_input = textgen.GenerationInput(ctx.rng, inputs.last_user_text(turns), s.fixed_text)
     return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
 

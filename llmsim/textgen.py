@@ -27,7 +27,7 @@ WORDS = ("time person year way day thing man world life hand part child eye woma
          "quiet golden hidden ancient modern gentle steady clever").split()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
 class GenerationInput:
     rng: random.Random
     prompt_text: str      # the last user text (for echo)
@@ -81,8 +81,10 @@ class Text:
 PURE = {"lorem", "sequence"}
 
 
-def generate(kind: str, target: int, cap: int | None, inp: GenerationInput, encoding_name: str) -> Text:
-    """Produce text of `target` tokens (verbatim generators: their whole text), cut at `cap`."""
+def generate(kind: str, target: int, cap: int | None, inp: GenerationInput | None,
+             encoding_name: str) -> Text:
+    """Produce text of `target` tokens (verbatim generators: their whole text), cut at `cap`.
+    `inp` may be None for a PURE generator (it reads none)."""
     if kind in PURE:
         return _pure(kind, target, cap, encoding_name)
     return _generate(kind, target, cap, inp, encoding_name)

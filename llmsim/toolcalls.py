@@ -57,7 +57,7 @@ class FunctionCall:
     kind: str = "function_call"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
 class ToolRequest:
     functions: dict[str, dict]        # name -> parameters schema, in request order
     mode: str                         # none | auto | required
@@ -65,7 +65,16 @@ class ToolRequest:
     parallel: bool
 
 
+def _no_tools(body: dict) -> ToolRequest | None:
+    """The request of a body with neither tools nor tool_choice (most), without the checks."""
+    if body.get("tools") or body.get("tool_choice") is not None:
+        return None
+    return ToolRequest({}, "none", (), body.get("parallel_tool_calls") is not False)
+
+
 def chat_request(body: dict) -> ToolRequest:
+    if (plain := _no_tools(body)) is not None:
+        return plain
     functions = {}
     for i, tool in enumerate(body.get("tools") or ()):
         if tool.get("type") == "function":
@@ -88,6 +97,8 @@ def chat_request(body: dict) -> ToolRequest:
 
 
 def responses_request(body: dict) -> ToolRequest:
+    if (plain := _no_tools(body)) is not None:
+        return plain
     functions = {}
     for i, tool in enumerate(body.get("tools") or ()):
         if tool.get("type") == "function":
