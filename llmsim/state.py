@@ -20,7 +20,7 @@ import orjson
 from llmsim import ids, inputs, transport
 from llmsim.background import Jobs
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
-from llmsim.store import Store, StoredResponse
+from llmsim.store import Frames, Store, StoredResponse
 from llmsim.templates import Event
 
 # Id prefixes of items the client sent without one.
@@ -133,7 +133,7 @@ class ResponseState:
     async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
         if prior.conversation and wants_store(body):
-            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])])
+            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])], wait=False)
 
     async def recorded(self, chunks: AsyncIterator[bytes], body: dict, prior: Prior,
                        own: list[dict]) -> AsyncIterator[bytes]:
@@ -142,8 +142,11 @@ class ResponseState:
         async for chunk in chunks:
             kept.append(chunk)
             yield chunk
-        frames = split_frames(b"".join(kept))
-        snapshot = latest_snapshot(frames)
+        stream = b"".join(kept)
+        if stream.startswith(b":") or b"\n\n:" in stream:     # keep-alive comments are no events
+            stream = b"".join(split_frames(stream))
+        frames = Frames(stream)
+        snapshot = latest_snapshot(stream)
         if snapshot is not None:
             await self.save(body, prior, own, snapshot, frames)
             await self.conclude(body, prior, own, snapshot)
@@ -180,13 +183,16 @@ def split_frames(stream: bytes) -> list[bytes]:
     return [frame + b"\n\n" for frame in stream.split(b"\n\n") if frame and not frame.startswith(b":")]
 
 
-def latest_snapshot(frames: Sequence[bytes]) -> dict | None:
-    """The response object of the last lifecycle event (`response.created`, `.completed`, ...):
-    the state a GET returns."""
-    for frame in reversed(frames):
-        if b'"response":{' not in frame:
-            continue
-        _, _, data = frame.partition(b"data: ")
+def latest_snapshot(stream: bytes) -> dict | None:
+    """The response object of the last lifecycle event (`response.created`, `.completed`, ...)
+    in SSE bytes: the state a GET returns. Only that frame is parsed."""
+    end = len(stream)
+    while (at := stream.rfind(b'"response":{', 0, end)) >= 0:
+        before = stream.rfind(b"\n\n", 0, at)
+        start = before + 2 if before >= 0 else 0
+        stop = stream.find(b"\n\n", at)
+        _, _, data = stream[start:stop if stop >= 0 else len(stream)].partition(b"data: ")
+        end = start
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -8,11 +8,12 @@ Nothing connects until the first call.
 """
 from __future__ import annotations
 
-from llmsim.store.base import ACTIVE, Bounds, Conversation, Page, Store, StoredResponse, paginate
+from llmsim.store.base import ACTIVE, Bounds, Conversation, Frames, Page, Store, StoredResponse, paginate
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
-__all__ = ["ACTIVE", "Bounds", "Conversation", "Page", "Store", "StoredResponse", "open_store", "paginate"]
+__all__ = ["ACTIVE", "Bounds", "Conversation", "Frames", "Page", "Store", "StoredResponse", "open_store",
+           "paginate"]
 
 
 def open_store(settings) -> Store:

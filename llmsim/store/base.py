@@ -10,11 +10,17 @@ the oldest evicted first, each living `ttl_s` seconds after its last write. Anyt
 evicted or expired reads as missing (`None`), never as an error. Writes are atomic; the
 one conditional write, `append_events`, is how a background run and a cancel (possibly in
 another process) agree on who ends a response.
+
+Calls take effect in the order they are made. The writes of a stored response's hot path
+(`put_response`, `put_conversation`, `add_items(..., wait=False)`) may be queued: they
+return at once, every later call of the same store sees them, and other processes see them
+within milliseconds; `flush()` waits until everything queued is written.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,6 +37,29 @@ class Bounds:
 
     def expires(self, now: float) -> float:
         return NEVER if self.ttl_s is None else now + self.ttl_s
+
+
+class Frames(Sequence):
+    """SSE frames kept together: one blob of whole frames (each ends with a blank line and
+    contains no other), counted without splitting it; indexing or iterating splits it once."""
+    __slots__ = ("blob", "_count", "_split")
+
+    def __init__(self, blob: bytes):
+        self.blob = blob
+        self._count = blob.count(b"\n\n")
+        self._split: list[bytes] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        if self._split is None:
+            self._split = [frame + b"\n\n" for frame in self.blob.split(b"\n\n")[:-1]]
+        return self._split[index]
+
+
+def blob_of(frames: Sequence[bytes]) -> bytes:
+    return frames.blob if isinstance(frames, Frames) else b"".join(frames)
 
 
 @dataclass(slots=True)
@@ -90,7 +119,7 @@ class Store(Protocol):
     """The backend interface (`llmsim.store.sqlite`, `llmsim.store.redis`)."""
 
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        """Create (or replace) a response with its first SSE frames."""
+        """Create (or replace) a response with its first SSE frames (may be queued)."""
 
     async def get_response(self, response_id: str) -> StoredResponse | None: ...
 
@@ -105,14 +134,15 @@ class Store(Protocol):
         """Frames with sequence number > `after`, and the current status (None: gone)."""
 
     async def put_conversation(self, conversation: Conversation) -> None:
-        """Create a conversation or update its metadata (items are kept)."""
+        """Create a conversation or update its metadata (items are kept; may be queued)."""
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
 
     async def delete_conversation(self, conversation_id: str) -> bool: ...
 
-    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
-        """Append items; False when the conversation is gone."""
+    async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
+        """Append items; False when the conversation is gone. `wait=False` queues the write
+        and returns True (nobody learns whether the conversation was still there)."""
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:
         """All items, oldest first; None when the conversation is gone."""
@@ -121,7 +151,11 @@ class Store(Protocol):
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool: ...
 
-    async def close(self) -> None: ...
+    async def flush(self) -> None:
+        """Wait until every write made so far is done."""
+
+    async def close(self) -> None:
+        """Flush, then let go of connections (a later call opens them again)."""
 
 
 @dataclass(slots=True)

@@ -210,7 +210,7 @@ class RedisStore:
             deleted, _, _ = await pipe.execute()
         return deleted > 0
 
-    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
+    async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
         pairs = [value for item in items for value in (item.get("id"), dumps(item))]
         return bool(await self._add_items(args=[conversation_id, self.ttl_ms, *pairs]))
 
@@ -230,6 +230,9 @@ class RedisStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
         return bool(await self._delete_item(args=[conversation_id, item_id]))
+
+    async def flush(self) -> None:
+        pass
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -1,19 +1,31 @@
 """The embedded store: one SQLite file in WAL mode, shared by every process that opens it.
 
-All calls run on one dedicated thread per process (a connection is not shared across
-threads, and a write that waits for another process's lock must not block the event
-loop). Each operation is one transaction; `BEGIN IMMEDIATE` makes the conditional append
-atomic across processes. Order of creation is the autoincrement key `n`: keeping the newest
-`max_entries` means deleting every row with `n <= newest - max_entries`. SSE frames are kept
-as one row per write (`chunks`: the frames of sequence numbers first_seq.. concatenated; a
-frame ends with a blank line and never contains one), so storing a whole stream is one insert.
+Every call runs on one writer thread per store (a connection is not shared across threads,
+and a write that waits for another process's lock must not block the event loop), in the
+order the calls were made. The thread takes whatever calls are queued and runs them in one
+transaction (`BEGIN IMMEDIATE` when any writes, which also makes the conditional append
+atomic across processes), so a busy server pays one commit and one thread wake-up per batch,
+not per call. Writes nobody waits for (`put_response`, `add_items(..., wait=False)`: the
+hot path of a stored response) are queued and the caller goes on: any later call of this
+store runs after them, so it sees them (read-your-writes), and other processes see them as
+soon as the batch commits (normally well under a millisecond; a few ms on a saturated
+server). Queued writes are flushed by `close()` and at interpreter exit.
+
+Order of creation is the autoincrement key `n`: keeping the newest `max_entries` means
+deleting every row with `n <= newest - max_entries` (done once per batch of creations). SSE
+frames are kept as one row per write (`chunks`: the frames of sequence numbers first_seq..
+concatenated; a frame ends with a blank line and never contains one), so storing a whole
+stream is one insert.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
 import sqlite3
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -21,7 +33,11 @@ import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse
+from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, blob_of
+
+log = logging.getLogger("llmsim")
+MAX_BATCH = 256       # calls in one transaction
+READ, WRITE, CREATE = 0, 1, 2     # a CREATE is a write whose eviction may wait for the batch end
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -43,6 +59,164 @@ CREATE INDEX IF NOT EXISTS items_by_conversation ON items (conversation_n, id);
 """
 
 
+class Tx:
+    """What a call runs with: the connection, the time, and evictions owed by creations."""
+    __slots__ = ("db", "now", "max_entries", "owed")
+
+    def __init__(self, db: sqlite3.Connection, max_entries: int):
+        self.db, self.max_entries, self.owed = db, max_entries, {}
+        self.now = 0.0
+
+    def created(self, table: str, n: int) -> None:
+        """Row `n` was added to `table`: expired rows and those beyond `max_entries` go (now
+        or, for a run of creations, once after the last of them)."""
+        self.owed[table] = max(n, self.owed.get(table, 0))
+
+    def evict(self) -> None:
+        for table, n in self.owed.items():
+            self.db.execute(f"DELETE FROM {table} WHERE expires <= ? OR n <= ?", (self.now, n - self.max_entries))
+        self.owed.clear()
+
+
+class Writer:
+    """The thread running one store's calls, batch by batch. It holds no reference to the
+    store: when the store is collected (or at exit) `stop()` flushes what is queued."""
+
+    def __init__(self, path: str, max_entries: int):
+        self.path, self.max_entries = path, max_entries
+        self.queue: collections.deque = collections.deque()
+        self.wake = threading.Event()
+        self.armed = False            # wake is set (or about to be) for what is queued
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+        self.db: sqlite3.Connection | None = None
+        self.lock = threading.Lock()  # starting / stopping the thread
+
+    # ---- the caller's side (any thread; normally the event loop) -----------------------
+    def submit(self, fn: Callable[[Tx], Any], kind: int, future: asyncio.Future | None) -> None:
+        self.queue.append((fn, kind, future))
+        if not self.armed:
+            self.armed = True
+            if self.thread is None:
+                self._start()
+            self.wake.set()
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.stopping = False
+                self.thread = threading.Thread(target=self._run, name="llmsim-store", daemon=True)
+                self.thread.start()
+
+    def stop(self) -> None:
+        """Run what is queued, close the connection and end the thread (waits for it, unless
+        called on the thread itself)."""
+        with self.lock:
+            thread = self.thread
+            if thread is None:
+                return
+            self.stopping = True
+            self.armed = True
+            self.wake.set()
+        if thread is not threading.current_thread():
+            thread.join(30)
+
+    # ---- the writer thread --------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                self.wake.wait()
+                self.armed = False
+                self.wake.clear()
+                while self.queue:
+                    batch = [self.queue.popleft() for _ in range(min(MAX_BATCH, len(self.queue)))]
+                    self._execute(batch)
+                    del batch       # the calls' closures (and what they hold) go now
+                with self.lock:
+                    if self.stopping and not self.queue:
+                        self.thread = None
+                        self._close()
+                        return
+        except BaseException:       # pragma: no cover - a bug: say so, and let the next call restart
+            log.exception("store writer thread failed")
+            with self.lock:
+                self.thread = None
+                self.armed = False
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            self.db = db
+        return self.db
+
+    def _close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            finally:
+                self.db = None
+
+    def _execute(self, batch: list) -> None:
+        """One transaction for the batch; if a call raises, each call again in its own."""
+        results: list = []
+        try:
+            tx = Tx(self._connect(), self.max_entries)
+            tx.db.execute("BEGIN IMMEDIATE" if any(kind != READ for _, kind, _ in batch) else "BEGIN")
+        except Exception as exc:     # cannot connect or lock (e.g. locked for 30 s): all fail
+            self._deliver([(future, exc, False) for _, _, future in batch])
+            return
+        try:
+            for fn, kind, future in batch:
+                tx.now = time.time()
+                if kind != CREATE:
+                    tx.evict()
+                results.append((future, fn(tx), True))
+            tx.evict()
+            tx.db.execute("COMMIT")
+        except Exception as exc:
+            if tx.db.in_transaction:
+                tx.db.execute("ROLLBACK")
+            if len(batch) == 1:
+                self._deliver([(batch[0][2], exc, False)])
+            else:
+                for call in batch:
+                    self._execute([call])
+            return
+        self._deliver(results)
+
+    @staticmethod
+    def _deliver(outcomes: list) -> None:
+        """Hand results to the loops that wait for them (one wake-up per loop); log the
+        failures of calls nobody waits for."""
+        by_loop: dict = {}
+        for future, value, ok in outcomes:
+            if future is None:
+                if not ok:
+                    log.error("store: a queued write failed", exc_info=value)
+                continue
+            by_loop.setdefault(future.get_loop(), []).append((future, value, ok))
+        for loop, pairs in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, pairs)
+            except RuntimeError:    # the loop is closed: nobody is waiting any more
+                pass
+
+
+def _settle(pairs: list) -> None:
+    for future, value, ok in pairs:
+        if future.done():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
 class SqliteStore:
     def __init__(self, path: str, bounds: Bounds):
         self.path = path
@@ -52,179 +226,176 @@ class SqliteStore:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ConfigError(f"store: cannot create the directory of {path!r}: {exc}") from None
-        self._db: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmsim-store")
+        self._writer = Writer(path, bounds.max_entries)
+        weakref.finalize(self, self._writer.stop)      # flush at exit or when dropped
 
     # ---- plumbing --------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(SCHEMA)
-            self._db = db
-        return self._db
+    def _call(self, fn: Callable[[Tx], Any], kind: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._writer.submit(fn, kind, future)
+        return future
 
-    async def _run(self, fn: Callable[..., Any], *args) -> Any:
-        def call():
-            db = self._connect()
-            return fn(db, *args)
-        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+    async def _run(self, fn: Callable[[Tx], Any]) -> Any:
+        """`fn(tx)` on the writer thread, after every call made before it."""
+        return await self._call(fn, READ)
 
-    async def _write(self, fn: Callable[..., Any], *args) -> Any:
-        """`fn(db, now, *args)` inside one immediate (write-locked) transaction."""
-        def tx(db):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(db, time.time(), *args)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            return result
-        return await self._run(tx)
+    async def _write(self, fn: Callable[[Tx], Any]) -> Any:
+        """`fn(tx)` inside a write-locked transaction."""
+        return await self._call(fn, WRITE)
 
-    def _bound(self, db, table: str, now: float, n: int) -> None:
-        db.execute(f"DELETE FROM {table} WHERE expires <= ? OR n <= ?", (now, n - self.bounds.max_entries))
+    def _later(self, fn: Callable[[Tx], Any], kind: int = WRITE) -> None:
+        """Queue a write; nobody waits for it (a failure is logged)."""
+        self._writer.submit(fn, kind, None)
+
+    async def flush(self) -> None:
+        """Wait until every call made so far has run (and committed)."""
+        await self._run(lambda tx: None)
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        def put(db, now):
-            db.execute("DELETE FROM responses WHERE id = ?", (record.id,))
-            n = db.execute(
-                "INSERT INTO responses (id, expires, status, events, response, meta) VALUES (?,?,?,?,?,?)",
-                (record.id, self.bounds.expires(now), record.status, len(frames),
-                 dumps(record.response), record.meta_json())).lastrowid
-            _insert_chunk(db, n, 0, frames)
-            self._bound(db, "responses", now, n)
-        await self._write(put)
+        """Queued: returns at once (every later call of this store sees it)."""
+        row = (record.id, record.status, len(frames), dumps(record.response), record.meta_json())
+        blob = blob_of(frames)
+        expires = self.bounds.expires
+
+        def put(tx: Tx):
+            db = tx.db
+            db.execute("DELETE FROM responses WHERE id = ?", (row[0],))
+            n = db.execute("INSERT INTO responses (id, expires, status, events, response, meta) "
+                           "VALUES (?,?,?,?,?,?)", (row[0], expires(tx.now), *row[1:])).lastrowid
+            if blob:
+                db.execute("INSERT INTO chunks (response_n, first_seq, count, frames) VALUES (?,0,?,?)",
+                           (n, row[2], blob))
+            tx.created("responses", n)
+        self._later(put, CREATE)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
-        def get(db):
-            row = db.execute("SELECT response, meta, events FROM responses WHERE id = ? AND expires > ?",
-                             (response_id, time.time())).fetchone()
+        def get(tx: Tx):
+            row = tx.db.execute("SELECT response, meta, events FROM responses WHERE id = ? AND expires > ?",
+                                (response_id, tx.now)).fetchone()
             return row and StoredResponse.from_json(response_id, *row)
         return await self._run(get) or None
 
     async def delete_response(self, response_id: str) -> bool:
-        def delete(db, now):
-            return db.execute("DELETE FROM responses WHERE id = ? AND expires > ?",
-                              (response_id, now)).rowcount > 0
+        def delete(tx: Tx):
+            return tx.db.execute("DELETE FROM responses WHERE id = ? AND expires > ?",
+                                 (response_id, tx.now)).rowcount > 0
         return await self._write(delete)
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
-        def append(db, now):
+        blob = blob_of(frames)
+        status, response = (snapshot.get("status"), dumps(snapshot)) if snapshot is not None else (None, None)
+
+        def append(tx: Tx):
+            db, now = tx.db, tx.now
             row = db.execute("SELECT n, status, events FROM responses WHERE id = ? AND expires > ?",
                              (response_id, now)).fetchone()
             if row is None or row[1] not in ACTIVE or (expect_events is not None and row[2] != expect_events):
                 return False
             n, _, count = row
-            _insert_chunk(db, n, count, frames)
-            if snapshot is None:
+            if blob:
+                db.execute("INSERT INTO chunks (response_n, first_seq, count, frames) VALUES (?,?,?,?)",
+                           (n, count, len(frames), blob))
+            if response is None:
                 db.execute("UPDATE responses SET events = ?, expires = ? WHERE n = ?",
                            (count + len(frames), self.bounds.expires(now), n))
             else:
                 db.execute("UPDATE responses SET events = ?, expires = ?, status = ?, response = ? WHERE n = ?",
-                           (count + len(frames), self.bounds.expires(now), snapshot.get("status"),
-                            dumps(snapshot), n))
+                           (count + len(frames), self.bounds.expires(now), status, response, n))
             return True
         return await self._write(append)
 
     async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
-        def read(db):
-            db.execute("BEGIN")
-            try:
-                row = db.execute("SELECT n, status FROM responses WHERE id = ? AND expires > ?",
-                                 (response_id, time.time())).fetchone()
-                if row is None:
-                    return [], None
-                rows = db.execute("SELECT first_seq, frames FROM chunks WHERE response_n = ? "
-                                  "AND first_seq + count - 1 > ? ORDER BY first_seq", (row[0], after))
-                frames = []
-                for first_seq, blob in rows:
-                    frames += [f + b"\n\n" for f in blob.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
-                return frames, row[1]
-            finally:
-                db.execute("COMMIT")
+        def read(tx: Tx):
+            db = tx.db
+            row = db.execute("SELECT n, status FROM responses WHERE id = ? AND expires > ?",
+                             (response_id, tx.now)).fetchone()
+            if row is None:
+                return [], None
+            rows = db.execute("SELECT first_seq, frames FROM chunks WHERE response_n = ? "
+                              "AND first_seq + count - 1 > ? ORDER BY first_seq", (row[0], after))
+            frames = []
+            for first_seq, blob in rows:
+                frames += [f + b"\n\n" for f in blob.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
+            return frames, row[1]
         return await self._run(read)
 
     # ---- conversations ---------------------------------------------------------------
     async def put_conversation(self, conversation: Conversation) -> None:
-        def put(db, now):
+        record = conversation.to_json()
+
+        def put(tx: Tx):
+            db, now = tx.db, tx.now
             updated = db.execute("UPDATE conversations SET record = ?, expires = ? WHERE id = ? AND expires > ?",
-                                 (conversation.to_json(), self.bounds.expires(now), conversation.id, now))
+                                 (record, self.bounds.expires(now), conversation.id, now))
             if updated.rowcount:
                 return
             n = db.execute("INSERT INTO conversations (id, expires, record) VALUES (?,?,?)",
-                           (conversation.id, self.bounds.expires(now), conversation.to_json())).lastrowid
-            self._bound(db, "conversations", now, n)
-        await self._write(put)
+                           (conversation.id, self.bounds.expires(now), record)).lastrowid
+            tx.created("conversations", n)
+        self._later(put, CREATE)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
-        def get(db):
-            row = db.execute("SELECT record FROM conversations WHERE id = ? AND expires > ?",
-                             (conversation_id, time.time())).fetchone()
+        def get(tx: Tx):
+            row = tx.db.execute("SELECT record FROM conversations WHERE id = ? AND expires > ?",
+                                (conversation_id, tx.now)).fetchone()
             return row and Conversation.from_json(conversation_id, row[0])
         return await self._run(get) or None
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        def delete(db, now):
-            return db.execute("DELETE FROM conversations WHERE id = ? AND expires > ?",
-                              (conversation_id, now)).rowcount > 0
+        def delete(tx: Tx):
+            return tx.db.execute("DELETE FROM conversations WHERE id = ? AND expires > ?",
+                                 (conversation_id, tx.now)).rowcount > 0
         return await self._write(delete)
 
-    def _conversation_n(self, db, conversation_id: str, now: float) -> int | None:
-        row = db.execute("SELECT n FROM conversations WHERE id = ? AND expires > ?",
-                         (conversation_id, now)).fetchone()
+    @staticmethod
+    def _conversation_n(tx: Tx, conversation_id: str) -> int | None:
+        row = tx.db.execute("SELECT n FROM conversations WHERE id = ? AND expires > ?",
+                            (conversation_id, tx.now)).fetchone()
         return row[0] if row else None
 
-    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
-        def add(db, now):
-            n = self._conversation_n(db, conversation_id, now)
+    async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
+        rows = [(item.get("id"), dumps(item)) for item in items]
+
+        def add(tx: Tx):
+            n = self._conversation_n(tx, conversation_id)
             if n is None:
                 return False
-            db.executemany("INSERT INTO items (conversation_n, id, item) VALUES (?,?,?)",
-                           [(n, item.get("id"), dumps(item)) for item in items])
-            db.execute("UPDATE conversations SET expires = ? WHERE n = ?", (self.bounds.expires(now), n))
+            tx.db.executemany("INSERT INTO items (conversation_n, id, item) VALUES (?,?,?)",
+                              [(n, item_id, item) for item_id, item in rows])
+            tx.db.execute("UPDATE conversations SET expires = ? WHERE n = ?", (self.bounds.expires(tx.now), n))
+            return True
+        if not wait:
+            self._later(add)
             return True
         return await self._write(add)
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:
-        def read(db):
-            n = self._conversation_n(db, conversation_id, time.time())
+        def read(tx: Tx):
+            n = self._conversation_n(tx, conversation_id)
             if n is None:
                 return None
-            rows = db.execute("SELECT item FROM items WHERE conversation_n = ? ORDER BY pos", (n,))
+            rows = tx.db.execute("SELECT item FROM items WHERE conversation_n = ? ORDER BY pos", (n,))
             return [orjson.loads(r[0]) for r in rows]
         return await self._run(read)
 
     async def get_item(self, conversation_id: str, item_id: str) -> dict | None:
-        def get(db):
-            row = db.execute("SELECT i.item FROM items i JOIN conversations c ON c.n = i.conversation_n "
-                             "WHERE c.id = ? AND c.expires > ? AND i.id = ? ORDER BY i.pos LIMIT 1",
-                             (conversation_id, time.time(), item_id)).fetchone()
+        def get(tx: Tx):
+            row = tx.db.execute("SELECT i.item FROM items i JOIN conversations c ON c.n = i.conversation_n "
+                                "WHERE c.id = ? AND c.expires > ? AND i.id = ? ORDER BY i.pos LIMIT 1",
+                                (conversation_id, tx.now, item_id)).fetchone()
             return row and orjson.loads(row[0])
         return await self._run(get) or None
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
-        def delete(db, now):
-            n = self._conversation_n(db, conversation_id, now)
-            return n is not None and db.execute("DELETE FROM items WHERE conversation_n = ? AND id = ?",
-                                                (n, item_id)).rowcount > 0
+        def delete(tx: Tx):
+            n = self._conversation_n(tx, conversation_id)
+            return n is not None and tx.db.execute("DELETE FROM items WHERE conversation_n = ? AND id = ?",
+                                                   (n, item_id)).rowcount > 0
         return await self._write(delete)
 
     async def close(self) -> None:
-        def shut(db):
-            db.close()
-            self._db = None
-        if self._db is not None:
-            await self._run(shut)
-        self._thread.shutdown(wait=False)
-
-
-def _insert_chunk(db, response_n: int, first_seq: int, frames: Sequence[bytes]) -> None:
-    if frames:
-        db.execute("INSERT INTO chunks (response_n, first_seq, count, frames) VALUES (?,?,?,?)",
-                   (response_n, first_seq, len(frames), b"".join(frames)))
+        """Run every queued call, then close the connection (a later call reopens it)."""
+        await self.flush()
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
