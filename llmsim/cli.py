@@ -100,13 +100,23 @@ def serve(settings: Settings) -> int:
         settings = _shared_paths(settings, Path(scratch))
         app = create_app(settings)      # bad settings fail here, before any worker starts
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
-                       access_log=False, lifespan="on")
+                       access_log=False, lifespan="on", http=http_protocol())
         if settings.workers == 1:
             uvicorn.run(app, **options)
         else:
             os.environ.update(to_worker_environ(settings))
             uvicorn.run("llmsim.cli:worker_app", factory=True, workers=settings.workers, **options)
     return 0
+
+
+def http_protocol() -> str:
+    """uvicorn's httptools protocol with one socket write per loop step (llmsim.corking);
+    uvicorn's default where httptools is missing."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "auto"
+    return "llmsim.corking:CorkedHttpToolsProtocol"
 
 
 def _shared_paths(settings: Settings, scratch: Path) -> Settings:

@@ -1,0 +1,74 @@
+"""uvicorn's httptools protocol with its writes coalesced: one socket write per loop step.
+
+uvicorn writes a response's headers as soon as the app sends `http.response.start`, then
+each body chunk, then (chunked streams) the terminating chunk: two writes for a JSON answer,
+three for an instant stream, each a system call that on loopback also pays for delivering
+the bytes. `CorkedTransport` holds what is written during one step of the event loop and
+writes it as one buffer right after (a user-space TCP_CORK), so a whole answer usually
+leaves in one write, and a paced stream's event still leaves in the step it is due.
+
+`llmsim serve` passes `CorkedHttpToolsProtocol` to uvicorn (`http=`); nothing else changes.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class CorkedTransport:
+    """A transport whose `write`s within one loop step go out together; everything else is
+    the wrapped transport's (closing flushes first)."""
+    __slots__ = ("_transport", "_loop", "_pending")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if pending:
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def uncorked(self) -> asyncio.Transport:
+        """The wrapped transport, with everything written so far sent."""
+        self._flush()
+        return self._transport
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+class CorkedHttpToolsProtocol(HttpToolsProtocol):
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def handle_websocket_upgrade(self) -> None:
+        """A WebSocket gets the plain transport: its frames are written as the library wants."""
+        self.transport = self.transport.uncorked()
+        super().handle_websocket_upgrade()
