@@ -139,8 +139,19 @@ def _content_type(scope: Scope) -> str:
     return "application/json"
 
 
-def request_headers() -> Headers:
+class RequestHeaders(Headers):
+    """starlette's Headers, whose `get` of a missing name does not raise and catch a KeyError."""
+
+    def get(self, key: str, default: t.Any = None) -> t.Any:
+        wanted = key.lower().encode("latin-1")
+        for name, value in self._list:
+            if name == wanted:
+                return value.decode("latin-1")
+        return default
+
+
+def request_headers() -> RequestHeaders:
     """The headers of the request being served: connexion's `request.headers` without the
     request object it builds behind a LocalProxy (~10 µs a request)."""
-    return Headers(scope=_scope.get())
+    return RequestHeaders(scope=_scope.get())
 

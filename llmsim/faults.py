@@ -176,6 +176,8 @@ class FaultInjector:
             if fired.count is not None and fired.fired >= fired.count:
                 self.schedule.remove(fired)
             return self.make(fired.kind, fired.params, "schedule")
+        if not self.rates:
+            return None
         draw *= max(1.0, sum(self.rates.values()))   # rates adding up to more than 1: scaled to 1
         for name, rate in self.rates.items():
             if draw < rate:

@@ -23,7 +23,9 @@ API_PREFIXES = ("/openai/v1/", "/v1/")
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
              "conversations": "conversations", "realtime": "realtime"}
 REQUEST_ID = b"x-request-id"
+PROCESSING_MS = b"openai-processing-ms"
 MAX_ID = 200            # a client's request id is echoed up to this many bytes
+MAX_PATHS = 256         # endpoint names remembered per path (beyond: worked out each time)
 
 
 def endpoint_of(path: str) -> str:
@@ -34,7 +36,7 @@ def endpoint_of(path: str) -> str:
 
 
 def _ms(seconds: float) -> bytes:
-    return f"{seconds * 1000.0:.3f}".encode()
+    return b"%.3f" % (seconds * 1000.0)
 
 
 class Observer:
@@ -50,6 +52,15 @@ class Observer:
             writers.append(AccessLog(settings.log_format))
         self.writers = self.stats.writers = tuple(writers)
         self._rng = random.Random()
+        self._endpoints: dict[str, str] = {}
+
+    def endpoint(self, path: str) -> str:
+        name = self._endpoints.get(path)
+        if name is None:
+            name = endpoint_of(path)
+            if len(self._endpoints) < MAX_PATHS:
+                self._endpoints[path] = name
+        return name
 
     def request_id(self, scope) -> str:
         for name, value in scope["headers"]:
@@ -70,7 +81,7 @@ class Observer:
             await self.app(scope, receive, send)
 
     async def _http(self, scope, receive, send, path: str):
-        ex = Exchange(self.request_id(scope), "http", scope["method"], path, endpoint_of(path),
+        ex = Exchange(self.request_id(scope), "http", scope["method"], path, self.endpoint(path),
                       self.stats)
         token = CURRENT.set(ex)
         if self.counting:
@@ -79,15 +90,14 @@ class Observer:
         async def observed_send(message):
             if message["type"] == "http.response.start":
                 ex.status = message["status"]
-                headers = message["headers"] = list(message.get("headers", ()))
-                headers.append((REQUEST_ID, ex.id.encode("latin-1")))
-                headers.append((b"openai-processing-ms",
-                                str(int((time.perf_counter() - ex.start) * 1000)).encode()))
+                headers = message["headers"] = [
+                    *message.get("headers", ()), (REQUEST_ID, ex.id.encode("latin-1")),
+                    (PROCESSING_MS, b"%d" % int((time.perf_counter() - ex.start) * 1000))]
                 plan = ex.plan
                 if plan is not None:
-                    headers.append((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)))
-                    headers.append((b"x-llmsim-duration-ms", _ms(plan.end_at)))
-                    headers.append((b"x-llmsim-tokens", str(output_tokens(plan.usage)[0]).encode()))
+                    headers += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
+                                (b"x-llmsim-duration-ms", _ms(plan.end_at)),
+                                (b"x-llmsim-tokens", b"%d" % output_tokens(plan.usage)[0]))
             await send(message)
 
         try:
