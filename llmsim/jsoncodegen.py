@@ -77,6 +77,9 @@ class JsonCodegen:
                           "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
                           **pyexpr.TEST_FUNCTIONS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
+        self._reads: list[set[str]] = []          # ... and each dict entry being generated reads
+        self._memo_ids = itertools.count()
+        self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
 
     def writer(self, node: Any, where: str, fallback: Writer) -> Writer:
         """`node`'s JSON writer: generated code, with `fallback` when it raises."""
@@ -118,10 +121,17 @@ class JsonCodegen:
         finally:
             self._names = outer
 
+    def _read(self, name: str) -> None:
+        self._names.add(name)
+        for reads in self._reads:
+            reads.add(name)
+
     def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
         """A function of ctx returning `code`; each variable read once, into a local."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
+        if "_m[" in code:
+            lines.append("    _m = ctx['__memo']")
         lines += [f"    _n_{var} = _name(ctx, {var!r})" for var in sorted(names)]
         lines.append(f"    return {code}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
@@ -141,7 +151,7 @@ class JsonCodegen:
                 source = whole[2:-2].strip()
                 if self._dotted(source):
                     head, *rest = source.split(".")
-                    self._names.add(head)
+                    self._read(head)
                     code = f"_n_{head}"
                     if rest:        # the first step inline: a dict's item, else the attribute
                         code = f"({code}[{rest[0]!r}] if {code}.__class__ is dict else {code}.{rest[0]})"
@@ -150,12 +160,15 @@ class JsonCodegen:
                     return code
                 native = pyexpr.python_source(source, set(self.compiler.env.globals))
                 if native is not None:
-                    self._names |= native[1]
+                    for name in native[1]:
+                        self._read(name)
                     return f"({native[0]})"
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
         if node is None or isinstance(node, (bool, int, float)):
             return repr(node)
+        for reads in self._reads:           # a closure: what it reads is not known here
+            reads.add("__opaque__")
         return f"{self._callable(self.compiler.value(node, where))}(ctx)"
 
     @staticmethod
@@ -192,10 +205,52 @@ class JsonCodegen:
     def _may_omit(text: str) -> bool:
         return "omit" in text
 
+    def _entry(self, node: Any, where: str) -> tuple[Gen, bool]:
+        """A dict entry's code, and whether it may be memoised: it reads only variables that
+        no template rebinds (the ones a template is rendered with: plan, req, ...), so it has
+        one value per render, and it embeds no object (whose reads are not tracked)."""
+        reads: set[str] = set()
+        self._reads.append(reads)
+        try:
+            gen = self.gen(node, where)
+        finally:
+            self._reads.pop()
+        if gen.const is not None:
+            return gen, True
+        stable = not gen.omittable and not (reads & self.bound) and "_objs[" not in gen.code \
+            and "__opaque__" not in reads
+        return gen, stable
+
+    def _memoised(self, entries: list) -> list:
+        """Runs of memoisable entries -> one entry each whose code is looked up in the render's
+        memo (`ctx['__memo']`, one dict per `Template.events` / `body_json` call)."""
+        out, run = [], []
+
+        def close_run():
+            if any(g.const is None for _, g, _ in run):
+                key = next(self._memo_ids)
+                parts: list = []
+                for i, (prefix, g, _) in enumerate(run):
+                    parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g.code]
+                code = f"(_m[{key}] if {key} in _m else _m.setdefault({key}, {_concat(parts)}))"
+                out.append((b"", Gen(code), False))
+            else:
+                out.extend(run)
+            run.clear()
+        for entry in entries:
+            if entry[2]:
+                run.append(entry)
+            else:
+                close_run()
+                out.append(entry)
+        close_run()
+        return [(prefix, g) for prefix, g, _ in out]
+
     def _dict(self, node: dict, where: str) -> Gen:
-        entries = [(dumps({k: 0})[1:-2], self.gen(v, f"{where}.{k}")) for k, v in node.items()]
-        if all(g.const is not None for _, g in entries):
-            return _const(b"{" + b",".join(p + g.const for p, g in entries) + b"}")
+        entries = [(dumps({k: 0})[1:-2], *self._entry(v, f"{where}.{k}")) for k, v in node.items()]
+        if all(g.const is not None for _, g, _ in entries):
+            return _const(b"{" + b",".join(p + g.const for p, g, _ in entries) + b"}")
+        entries = self._memoised(entries)
         if not any(g.omittable for _, g in entries):
             parts: list = [b"{"]
             for i, (prefix, g) in enumerate(entries):

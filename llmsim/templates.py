@@ -299,6 +299,26 @@ class Compiler:
         return emit
 
 
+def bound_names(node: Any) -> set[str]:
+    """Every variable a template binds: loop variables, loop indexes and `$with` keys."""
+    names: set[str] = set()
+    if isinstance(node, list):
+        for value in node:
+            names |= bound_names(value)
+    elif isinstance(node, dict):
+        for key in ("$for", "for"):
+            match = _FOR.match(node[key]) if isinstance(node.get(key), str) else None
+            if match:
+                names.add(match.group(1))
+        if isinstance(node.get("index"), str):
+            names.add(node["index"])
+        if isinstance(node.get("$with"), dict):
+            names |= set(node["$with"])
+        for value in node.values():
+            names |= bound_names(value)
+    return names
+
+
 def _given(value, default):
     """`value`, or `default` when it is None or undefined (jinja's `default` also swallows 0)."""
     return default if value is None or isinstance(value, jinja2.Undefined) else value
@@ -327,12 +347,14 @@ class Template:
         """The body as JSON bytes: the same as serialising `body(**ctx)`, in one pass."""
         if self._body_json is None:
             raise ConfigError(f"template {self.name!r} has no body")
+        ctx["__memo"] = {}
         return self._body_json(ctx)
 
     def events(self, **ctx) -> Iterator[Event]:
         """Render the stream lazily; `seq` counts JSON events from 0."""
         if self._stream is None:
             raise ConfigError(f"template {self.name!r} has no stream")
+        ctx["__memo"] = {}          # what one render computes once (llmsim.jsoncodegen)
         return self._stream(ctx, [0.0, 0])
 
 
@@ -360,6 +382,7 @@ class TemplateSet:
         pending = {obj: (path, doc["objects"][obj]) for name, (path, doc) in raw.items()
                    for obj in (doc.get("objects") or {})}
         compiler = Compiler(self.objects, {obj: value for obj, (_, value) in pending.items()})
+        compiler.codegen.bound |= set().union(*(bound_names(doc) for _, doc in raw.values()))
         for obj, (path, value) in pending.items():
             self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
             compiler.json.objects[obj] = compiler.json.value(value, f"{path}: objects.{obj}")
