@@ -172,13 +172,23 @@ def output_tokens(usage) -> tuple[int, int]:
     return usage.total_tokens - usage.input_tokens - reasoning, reasoning
 
 
-def token_times(plan) -> list[tuple]:
-    """The due times of a plan's visible tokens, one tuple per message item or Chat choice
-    (function-call arguments are not counted as tokens here)."""
+def token_times(plan) -> list:
+    """The due times of a plan's visible tokens, one sequence per message item or Chat choice
+    (function-call arguments are not counted as tokens here). Items without `times` give
+    them through their token list (objects with `.at`)."""
     items = getattr(plan, "choices", None)
     if items is None:
         items = plan.output
-    return [times for item in items if (times := getattr(item, "times", None))]
+    out = []
+    for item in items:
+        times = getattr(item, "times", None)
+        if times is None:
+            tokens = getattr(item, "tokens", None)
+            if tokens.__class__ is list:
+                times = [token.at for token in tokens]
+        if times:
+            out.append(times)
+    return out
 
 
 def token_lists(plan) -> list[list]:
