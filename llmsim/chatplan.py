@@ -139,20 +139,24 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     stops = _stops(body.get("stop"))
     choices = []
     first_token = None
+    visible = reasoning = 0
     for index in range(body.get("n") or 1):
         choice, sched = _choice(index, body, ctx, turns, cap, effort, tool_req, last_role, stops)
         if first_token is None:
             first_token = sched.first_token
         _shift(choice, first_token - sched.first_token)
+        visible += choice.visible_tokens
+        reasoning += choice.reasoning_tokens
         choices.append(choice)
-    visible = sum(c.visible_tokens for c in choices)
-    reasoning = sum(c.reasoning_tokens for c in choices)
+    if len(choices) == 1:
+        first_at, end_at = choices[0].first_at, choices[0].end_at
+    else:
+        first_at, end_at = min(c.first_at for c in choices), max(c.end_at for c in choices)
     usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage_semantics)
     tier = body.get("service_tier")
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return ChatPlan(ids.make("chatcmpl-", ctx.rng, 32), ctx.created_at, body["model"], body, choices,
-                    usage, min(c.first_at for c in choices),
-                    max(c.end_at for c in choices), effort, include_usage,
+                    usage, first_at, end_at, effort, include_usage,
                     "default" if tier in (None, "auto") else tier)
 
 
