@@ -52,6 +52,7 @@ class Simulator:
         self._counter = itertools.count()
         self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
         self._shared = random.Random()    # unseeded requests share one generator
+        self._fixed_profiles: dict[str, latency.Profile] = {}   # with --ttft-ms / --tbt-ms
         self.stats = Stats(self.settings.metrics, self.settings.stats_dir)
         self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
@@ -61,11 +62,14 @@ class Simulator:
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
         profile = self.profiles[s.profile or model.latency]
-        if s.ttft_ms is not None or s.tbt_ms is not None:
+        if s.ttft_ms is None and s.tbt_ms is None:
+            return profile
+        fixed = self._fixed_profiles.get(profile.name)
+        if fixed is None:
             ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
             tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
-            profile = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
-        return profile
+            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
+        return fixed
 
     def draw(self) -> tuple[random.Random, int]:
         """A random generator and a creation time for one request (both fixed by --seed).
