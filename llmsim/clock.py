@@ -9,6 +9,8 @@ import time
 
 
 class Clock:
+    realtime = True     # the running loop's time: streams may pace on its timers (llmsim.pacer)
+
     def now(self) -> float:
         """Monotonic seconds (the running loop's clock)."""
         return asyncio.get_running_loop().time()
@@ -24,6 +26,7 @@ class Clock:
 
 class FakeClock(Clock):
     """A clock that only moves when something sleeps on it."""
+    realtime = False
 
     def __init__(self, start: float = 0.0, wall: float = 1_700_000_000.0):
         self.t = start

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from llmsim.clock import Clock
 from llmsim.jsonbytes import dumps
+from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.errors import ConnectionDrop
 from llmsim.templates import Event
 
@@ -81,17 +82,34 @@ def _until_drop(events: Iterable[Event], dropped: list) -> Iterator[Event]:
         dropped.append(drop)
 
 
-async def paced(events: Iterable[Event], start: float, clock: Clock,
-                keepalive: float | None = None, lateness=None) -> AsyncIterator[bytes]:
-    """SSE bytes, each event written at its deadline; due events are batched into one chunk.
+def sse_chunk(batch: list[Event], clock: Clock) -> bytes:
+    """The SSE bytes of a batch of events; an empty batch is a keep-alive comment line."""
+    if batch:
+        return b"".join(map(sse_frame, batch))
+    return b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
 
-    With `keepalive` (seconds), comment lines go out while waiting for the first token.
+
+class Paced:
+    """SSE bytes, each event written at its deadline (`start + event.at`); events already
+    due go out as one chunk. With `keepalive` (seconds), comment lines go out while waiting
+    for the first token; `lateness` (a stats histogram) records how late each chunk left.
+
+    Iterated (`async for`), it paces in the iterating task. Given straight to `SSEResponse`
+    on the real clock, it runs on the process's shared timer instead (llmsim.pacer).
     """
-    async for batch in due_batches(events, start, clock, keepalive, lateness):
-        if batch:
-            yield b"".join(map(sse_frame, batch))
-        else:
-            yield b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
+
+    def __init__(self, events: Iterable[Event], start: float, clock: Clock,
+                 keepalive: float | None = None, lateness=None):
+        self.events, self.start, self.clock = iter(events), start, clock
+        self.keepalive, self.lateness = keepalive, lateness
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for batch in due_batches(self.events, self.start, self.clock, self.keepalive,
+                                       self.lateness):
+            yield sse_chunk(batch, self.clock)
+
+
+paced = Paced
 
 
 def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> "SSEResponse":
@@ -124,10 +142,16 @@ class SSEResponse(Response):
         watcher: list[asyncio.Task] = []
         timer = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
             loop.create_task(self._watch(receive, task))))
+        stream = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            chunks = self.chunks
+            if isinstance(chunks, Paced) and chunks.clock.realtime:
+                stream = self._on_pacer(chunks, send)
+                await stream.done
+            else:
+                async for chunk in chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
             self.finished = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
@@ -136,9 +160,25 @@ class SSEResponse(Response):
             task.uncancel()          # our own cancellation: the client left, nothing to answer
         finally:
             self.finished = True
+            if stream is not None:
+                stream.close()
             timer.cancel()
             for watching in watcher:
                 watching.cancel()
+
+    @staticmethod
+    def _on_pacer(paced: Paced, send) -> PacedStream:
+        """Run `paced` on the shared timer: its first step now, the rest when due."""
+        clock = paced.clock
+
+        def write(batch):
+            return send_now(send, {"type": "http.response.body", "body": sse_chunk(batch, clock),
+                                   "more_body": True})
+        stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness)
+        following = stream.step(clock.now())
+        if following is not None:
+            PACERS.get().add(stream, following)
+        return stream
 
     async def _watch(self, receive, task: asyncio.Task) -> None:
         while (await receive())["type"] != "http.disconnect":

@@ -1,0 +1,140 @@
+"""The shared timer that paces every SSE stream of a process (llmsim.pacer), on a real loop:
+events leave in order and never before they are due, a client whose buffer is full holds
+only its own stream back, and drops and keep-alives behave as in a stream paced by a task."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from llmsim.clock import Clock
+from llmsim.errors import ConnectionDrop
+from llmsim.pacer import PacedStream, send_now
+from llmsim.templates import Event
+from llmsim.transport import Paced, SSEResponse
+
+GAP = 0.005
+
+
+def events(n: int, gap: float = GAP, first: float = 0.0):
+    return (Event("e", {"i": i}, first + i * gap) for i in range(n))
+
+
+def frames(sent: list[dict]) -> list[bytes]:
+    return [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
+
+
+async def respond(paced: Paced, send) -> None:
+    async def receive():
+        await asyncio.Event().wait()
+    await SSEResponse(paced)({"type": "http"}, receive, send)
+
+
+async def test_a_send_that_does_not_wait_completes_at_once():
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+    assert send_now(send, {"n": 1}) is None
+    assert sent == [{"n": 1}]
+
+
+async def test_a_send_that_waits_for_the_client_completes_when_awaited():
+    drained = asyncio.get_running_loop().create_future()
+    sent = []
+
+    async def send(message):
+        await drained               # the transport's buffer is full
+        sent.append(message)
+    rest = send_now(send, {"n": 1})
+    assert rest is not None and sent == []
+    asyncio.get_running_loop().call_later(0.01, drained.set_result, None)
+    await rest
+    assert sent == [{"n": 1}]
+
+
+async def test_many_interleaved_streams_write_every_event_in_order_and_never_early():
+    clock = Clock()
+    logs: dict[int, list] = {}
+
+    async def one(k: int):
+        start = clock.now()
+        log = logs[k] = []
+
+        async def send(message):
+            if message["type"] == "http.response.body" and message["body"]:
+                log.append((clock.now() - start, message["body"]))
+        await respond(Paced(events(12, first=0.001 * (k % 7)), start, clock), send)
+    await asyncio.gather(*(one(k) for k in range(200)))
+    for k, log in logs.items():
+        data = b"".join(body for _, body in log)
+        numbers = [orjson.loads(line[6:])["i"] for line in data.split(b"\n") if line.startswith(b"data: ")]
+        assert numbers == list(range(12))
+        first_due = 0.001 * (k % 7)
+        assert all(at >= first_due - 1e-6 for at, _ in log)
+
+
+async def test_a_blocked_client_holds_back_only_its_own_stream():
+    clock = Clock()
+    drained = asyncio.get_running_loop().create_future()
+    slow, fast = [], []
+
+    async def slow_send(message):
+        if message["type"] == "http.response.body" and message["body"] and not slow:
+            await drained           # the first write waits for the client
+        slow.append(message)
+
+    async def fast_send(message):
+        fast.append(message)
+    start = clock.now()
+    slow_task = asyncio.ensure_future(respond(Paced(events(5), start, clock), slow_send))
+    await respond(Paced(events(5), start, clock), fast_send)
+    assert len(frames(fast)) == 5 and not slow_task.done()
+    drained.set_result(None)
+    await slow_task
+    assert b"".join(frames(slow)).count(b"event: e\n") == 5
+
+
+async def test_a_drop_sends_what_was_due_then_ends_the_stream_with_the_drop():
+    clock = Clock()
+
+    def dropping():
+        yield from events(3)
+        raise ConnectionDrop()
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+    with pytest.raises(ConnectionDrop):
+        await respond(Paced(dropping(), clock.now(), clock), send)
+    assert b"".join(frames(sent)).count(b"event: e\n") == 3
+    assert not any(m.get("more_body") is False for m in sent)     # the body never ends
+
+
+async def test_keepalive_comments_go_out_before_the_first_event_only():
+    clock = Clock()
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+    await respond(Paced(events(3, first=0.05), clock.now(), clock, keepalive=0.012), send)
+    bodies = frames(sent)
+    comments = [b for b in bodies if b.startswith(b": ")]
+    assert len(comments) >= 3
+    assert bodies.index(comments[-1]) < bodies.index(next(b for b in bodies if b.startswith(b"event")))
+
+
+async def test_a_stream_closed_by_its_response_stops_drawing_events():
+    drawn = []
+
+    def counted():
+        for event in events(100, gap=0.01):
+            drawn.append(event)
+            yield event
+    written = []
+    stream = PacedStream(counted(), asyncio.get_running_loop().time(), lambda batch: written.append(batch),
+                         None, None)
+    stream.step(asyncio.get_running_loop().time())
+    stream.close()
+    assert len(drawn) <= 2 and stream.closed
