@@ -28,6 +28,7 @@ from llmsim import pyexpr
 from llmsim.jsonbytes import dumps
 
 Writer = Callable[[dict], "bytes | None"]
+ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")  # as templates
 LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)     # as templates._FOR
 
 
@@ -165,6 +166,11 @@ class JsonCodegen:
                     return f"({native[0]})"
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
+            else:
+                one = ONE_NAME.match(node)          # "prefix{{ dotted.name }}suffix"
+                if one and self._dotted(one.group(2)):
+                    inner = self.value_code("{{" + one.group(2) + "}}", where)
+                    return f"({one.group(1)!r} + format({inner}) + {one.group(3)!r})"
         if node is None or isinstance(node, (bool, int, float)):
             return repr(node)
         for reads in self._reads:           # a closure: what it reads is not known here

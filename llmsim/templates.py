@@ -251,6 +251,8 @@ class Compiler:
 
     def steps(self, steps: list, where: str) -> Callable[[dict, list], Iterator[Event]]:
         compiled = [self._step(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+        if len(compiled) == 1:          # one generator less for every event under it
+            return compiled[0]
 
         def run(ctx, clock):
             for step in compiled:
