@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+import time
 from typing import Any, Awaitable, Callable, Iterator
 
 from llmsim.errors import ConnectionDrop
@@ -147,6 +148,10 @@ class Pacer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
+        # Due means due within the resolution of the loop's clock: uvloop's time (and timers)
+        # are whole milliseconds, so a timer for 0.4 ms from now fires at once, finds nothing
+        # due by that clock and would spin until the next millisecond.
+        self.resolution = clock_resolution(loop)
         self.heap: list = []
         self.order = itertools.count()      # ties: first scheduled, first served
         self.timer: asyncio.TimerHandle | None = None
@@ -163,7 +168,7 @@ class Pacer:
     def _fire(self) -> None:
         self.timer, self.timer_at = None, float("inf")
         heap = self.heap
-        now = self.loop.time()
+        now = self.loop.time() + self.resolution
         while heap and heap[0][0] <= now:
             _, _, stream = heapq.heappop(heap)
             if stream.closed:
@@ -174,6 +179,17 @@ class Pacer:
         if heap:
             self.timer_at = heap[0][0]
             self.timer = self.loop.call_at(self.timer_at, self._fire)
+
+
+def clock_resolution(loop: asyncio.AbstractEventLoop) -> float:
+    """The step of `loop.time()`: 1 ms for uvloop (libuv's clock), the monotonic clock's else."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    if uvloop is not None and isinstance(loop, uvloop.Loop):
+        return 0.001
+    return time.get_clock_info("monotonic").resolution
 
 
 class _Pacers:
