@@ -323,9 +323,10 @@ class Stats:
             self.ring.add(int(time.time()), 0, completion + reasoning, 0)
 
     @contextlib.contextmanager
-    def turn(self, plan):
+    def turn(self, plan, began: float | None = None):
         """One WebSocket turn around its sending: counted like `record`, and with a trace
-        file or access log, one line (id `<connection id>:<n>`) when the turn has been sent."""
+        file or access log, one line (id `<connection id>:<n>`) when the turn has been sent,
+        starting at `began` (`time.perf_counter()` when the turn's clock started; default now)."""
         self.record(plan, WEBSOCKET, True)
         ex = CURRENT.get()
         if not self.writers or ex is None:
@@ -334,6 +335,9 @@ class Stats:
         ex.turns += 1
         line = Exchange(f"{ex.id}:{ex.turns}", WEBSOCKET, "WS", ex.path, WEBSOCKET, self)
         line.plan, line.stream, line.status = plan, True, 101
+        if began is not None:           # the turn began before it was planned
+            line.wall -= line.start - began
+            line.start = began
         try:
             yield
         finally:

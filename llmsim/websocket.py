@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,13 +229,13 @@ class Connection:
 
     async def respond(self, raw: str | bytes) -> None:
         sim = self.sim
-        start = sim.clock.now()
+        start, began = sim.clock.now(), time.perf_counter()
         body, generate = parse_frame(raw, self.endpoint.validator)
         fault = await sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
         events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
-        with sim.stats.turn(plan):              # counted; one trace line once sent
+        with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
         self.remember(plan, body, history)
 
