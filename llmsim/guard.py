@@ -62,10 +62,10 @@ class Guard:
                                           (b"content-length", str(len(body)).encode())]}
         started = False
 
-        async def tracking_send(message):
+        def tracking_send(message):     # returns send's awaitable: no coroutine of its own
             nonlocal started
             started = True
-            await send(message)
+            return send(message)
         try:
             await self.app(scope, receive, tracking_send)
         except ConnectionDrop:

@@ -98,7 +98,7 @@ class Observer:
         if self.counting:
             self.stats.request_started()
 
-        async def observed_send(message):
+        def observed_send(message):     # returns send's awaitable: no coroutine of its own
             if message["type"] == "http.response.start":
                 ex.status = message["status"]
                 headers = message["headers"] = [
@@ -109,7 +109,7 @@ class Observer:
                     headers += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
                                 (b"x-llmsim-duration-ms", _ms(plan.end_at)),
                                 (b"x-llmsim-tokens", b"%d" % output_tokens(plan.usage)[0]))
-            await send(message)
+            return send(message)
 
         try:
             await self.app(scope, receive, observed_send)
