@@ -133,7 +133,7 @@ class ResponseState:
     async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
         if prior.conversation and wants_store(body):
-            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])], wait=False)
+            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])])
 
     async def recorded(self, chunks: AsyncIterator[bytes], body: dict, prior: Prior,
                        own: list[dict]) -> AsyncIterator[bytes]:

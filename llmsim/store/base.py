@@ -11,10 +11,8 @@ evicted or expired reads as missing (`None`), never as an error. Writes are atom
 one conditional write, `append_events`, is how a background run and a cancel (possibly in
 another process) agree on who ends a response.
 
-Calls take effect in the order they are made. The writes of a stored response's hot path
-(`put_response`, `put_conversation`, `add_items(..., wait=False)`) may be queued: they
-return at once, every later call of the same store sees them, and other processes see them
-within milliseconds; `flush()` waits until everything queued is written.
+A write returns once every process can read it (so a response is retrievable anywhere
+as soon as its creation answers); backends batch the writes of concurrent requests.
 """
 from __future__ import annotations
 
@@ -119,7 +117,7 @@ class Store(Protocol):
     """The backend interface (`llmsim.store.sqlite`, `llmsim.store.redis`)."""
 
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        """Create (or replace) a response with its first SSE frames (may be queued)."""
+        """Create (or replace) a response with its first SSE frames."""
 
     async def get_response(self, response_id: str) -> StoredResponse | None: ...
 
@@ -134,15 +132,14 @@ class Store(Protocol):
         """Frames with sequence number > `after`, and the current status (None: gone)."""
 
     async def put_conversation(self, conversation: Conversation) -> None:
-        """Create a conversation or update its metadata (items are kept; may be queued)."""
+        """Create a conversation or update its metadata (items are kept)."""
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
 
     async def delete_conversation(self, conversation_id: str) -> bool: ...
 
-    async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
-        """Append items; False when the conversation is gone. `wait=False` queues the write
-        and returns True (nobody learns whether the conversation was still there)."""
+    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
+        """Append items; False when the conversation is gone."""
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:
         """All items, oldest first; None when the conversation is gone."""
@@ -152,7 +149,7 @@ class Store(Protocol):
     async def delete_item(self, conversation_id: str, item_id: str) -> bool: ...
 
     async def flush(self) -> None:
-        """Wait until every write made so far is done."""
+        """Wait until every call made so far is done."""
 
     async def close(self) -> None:
         """Flush, then let go of connections (a later call opens them again)."""

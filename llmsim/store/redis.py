@@ -6,9 +6,15 @@ SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of ite
 `conv:<id>:order` the list of item ids. `resp:order` / `conv:order` are sorted sets of ids by
 creation number, used to evict the oldest. Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
+
+The writes of a stored response (`put_response`, `put_conversation`, `add_items`) made while
+another is on its way go together in one pipeline (one round trip per batch, not per write);
+each still returns only once Redis has run it.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Sequence
 
 import orjson
@@ -17,6 +23,7 @@ from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.store.base import Bounds, Conversation, StoredResponse
 
+log = logging.getLogger("llmsim")
 PREFIX = "llmsim:"
 FOREVER = 0   # a TTL of 0 ms means "never expire" in these scripts
 
@@ -154,11 +161,57 @@ class RedisStore:
         self._delete_item = register(DELETE_ITEM)
         self._items = register(CONVERSATION_ITEMS)
         self._events = register(EVENTS)
+        self._queued: list[tuple] = []                 # (script, args, future) not sent yet
+        self._sender: asyncio.Task | None = None       # sends the queue, batch by batch
+        self._direct = False                           # a write is on its way alone
+
+    # ---- batched writes --------------------------------------------------------------
+    async def _batched(self, script, args: list):
+        """Run `script`: at once when no write is on its way, else in the next pipeline."""
+        if self._direct or self._sender is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._queued.append((script, args, future))
+            return await future
+        self._direct = True
+        try:
+            return await script(args=args)
+        finally:
+            self._direct = False
+            if self._queued and self._sender is None:
+                self._sender = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                try:
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for script, args, _ in batch:
+                            await script(args=args, client=pipe)     # buffered, not sent
+                        results = await pipe.execute(raise_on_error=False)
+                except Exception as exc:
+                    results = [exc] * len(batch)
+                if len(results) != len(batch):          # pragma: no cover - never, but never hang
+                    results = [RuntimeError("store: Redis pipeline lost a reply")] * len(batch)
+                for (_, _, future), result in zip(batch, results):
+                    if future.done():
+                        continue
+                    if isinstance(result, Exception):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self._sender = None
+
+    async def flush(self) -> None:
+        while self._sender is not None:
+            await asyncio.shield(self._sender)
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        await self._put_response(args=[record.id, record.status, dumps(record.response),
-                                       record.meta_json(), self.ttl_ms, self.bounds.max_entries, *frames])
+        await self._batched(self._put_response, [record.id, record.status, dumps(record.response),
+                                                 record.meta_json(), self.ttl_ms, self.bounds.max_entries,
+                                                 *frames])
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
         key = f"{PREFIX}resp:{response_id}"
@@ -194,8 +247,8 @@ class RedisStore:
 
     # ---- conversations ---------------------------------------------------------------
     async def put_conversation(self, conversation: Conversation) -> None:
-        await self._put_conversation(args=[conversation.id, conversation.to_json(), self.ttl_ms,
-                                           self.bounds.max_entries])
+        await self._batched(self._put_conversation, [conversation.id, conversation.to_json(), self.ttl_ms,
+                                                     self.bounds.max_entries])
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         raw = await self.redis.get(f"{PREFIX}conv:{conversation_id}")
@@ -212,7 +265,7 @@ class RedisStore:
 
     async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
         pairs = [value for item in items for value in (item.get("id"), dumps(item))]
-        return bool(await self._add_items(args=[conversation_id, self.ttl_ms, *pairs]))
+        return bool(await self._batched(self._add_items, [conversation_id, self.ttl_ms, *pairs]))
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:
         raw = await self._items(args=[conversation_id])
@@ -235,4 +288,5 @@ class RedisStore:
         pass
 
     async def close(self) -> None:
+        await self.flush()
         await self.redis.aclose()

@@ -1,18 +1,19 @@
 """The embedded store: one SQLite file in WAL mode, shared by every process that opens it.
 
-Every call runs on one writer thread per store (a connection is not shared across threads,
-and a write that waits for another process's lock must not block the event loop), in the
-order the calls were made. The thread takes whatever calls are queued and runs them in one
-transaction (`BEGIN IMMEDIATE` when any writes, which also makes the conditional append
-atomic across processes), so a busy server pays one commit and one thread wake-up per batch,
-not per call. Writes nobody waits for (`put_response`, `add_items(..., wait=False)`: the
-hot path of a stored response) are queued and the caller goes on: any later call of this
-store runs after them, so it sees them (read-your-writes), and other processes see them as
-soon as the batch commits (normally well under a millisecond; a few ms on a saturated
-server). Queued writes are flushed by `close()` and at interpreter exit.
+Calls run on the event loop, on its own connection, which never waits for a lock: a write
+opens a write transaction (`BEGIN IMMEDIATE`, which also makes the conditional append atomic
+across processes) that stays open for the rest of the loop iteration, so every write made
+meanwhile (other requests') shares one commit; a write returns once that commit is done, so
+whatever a request stored is visible to every process before it answers. Reads see this
+process's writes at once. When another process holds the write lock (or a read finds the
+file busy), the call goes to the store's thread instead, which waits for the lock without
+blocking the loop; calls made while any is there follow it there, in order. WAL checkpoints
+run on that thread too (the loop's connection never checkpoints).
 
-Order of creation is the autoincrement key `n`: keeping the newest `max_entries` means
-deleting every row with `n <= newest - max_entries` (done once per batch of creations). SSE
+Order of creation is the key `n` (new rows get the largest): keeping the newest
+`max_entries` means deleting every row with `n <= newest - max_entries` (done once per
+batch of creations). Expired rows read as missing at once and are deleted every
+`MAINTAIN_EVERY` commits (with the WAL checkpoint: no index on expiry to update per write). SSE
 frames are kept as one row per write (`chunks`: the frames of sequence numbers first_seq..
 concatenated; a frame ends with a blank line and never contains one), so storing a whole
 stream is one insert.
@@ -36,22 +37,30 @@ from llmsim.jsonbytes import dumps
 from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, blob_of
 
 log = logging.getLogger("llmsim")
-MAX_BATCH = 256       # calls in one transaction
-READ, WRITE, CREATE = 0, 1, 2     # a CREATE is a write whose eviction may wait for the batch end
+MAX_BATCH = 256        # calls in one transaction of the thread
+MAINTAIN_EVERY = 200     # loop commits between two purges of expired rows + WAL checkpoints
+READ, WRITE, CREATE, RAW = 0, 1, 2, 3   # CREATE: a write whose evictions may wait for the commit;
+                                        # RAW: run outside any transaction (maintenance)
+SQLITE_BUSY = 5
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == SQLITE_BUSY
+    return "locked" in str(exc) or "busy" in str(exc)     # pragma: no cover - Python < 3.11
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
-    n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
+    n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
     status TEXT NOT NULL, events INTEGER NOT NULL, response BLOB NOT NULL, meta BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires);
 CREATE TABLE IF NOT EXISTS chunks (
     response_n INTEGER NOT NULL REFERENCES responses (n) ON DELETE CASCADE,
     first_seq INTEGER NOT NULL, count INTEGER NOT NULL, frames BLOB NOT NULL,
     PRIMARY KEY (response_n, first_seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS conversations (
-    n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
-    record BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS conversations_expires ON conversations (expires);
+    n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
     conversation_n INTEGER NOT NULL REFERENCES conversations (n) ON DELETE CASCADE,
     pos INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, item BLOB NOT NULL);
@@ -68,13 +77,13 @@ class Tx:
         self.now = 0.0
 
     def created(self, table: str, n: int) -> None:
-        """Row `n` was added to `table`: expired rows and those beyond `max_entries` go (now
-        or, for a run of creations, once after the last of them)."""
+        """Row `n` was added to `table`: rows beyond `max_entries` go (now or, for a run of
+        creations, once after the last of them)."""
         self.owed[table] = max(n, self.owed.get(table, 0))
 
     def evict(self) -> None:
         for table, n in self.owed.items():
-            self.db.execute(f"DELETE FROM {table} WHERE expires <= ? OR n <= ?", (self.now, n - self.max_entries))
+            self.db.execute(f"DELETE FROM {table} WHERE n <= ?", (n - self.max_entries,))
         self.owed.clear()
 
 
@@ -129,7 +138,12 @@ class Writer:
                 self.armed = False
                 self.wake.clear()
                 while self.queue:
-                    batch = [self.queue.popleft() for _ in range(min(MAX_BATCH, len(self.queue)))]
+                    if self.queue[0][1] == RAW:
+                        self._raw(self.queue.popleft())
+                        continue
+                    batch = []
+                    while self.queue and len(batch) < MAX_BATCH and self.queue[0][1] != RAW:
+                        batch.append(self.queue.popleft())
                     self._execute(batch)
                     del batch       # the calls' closures (and what they hold) go now
                 with self.lock:
@@ -160,6 +174,15 @@ class Writer:
                 self.db.close()
             finally:
                 self.db = None
+
+    def _raw(self, call) -> None:
+        fn, _, future = call
+        try:
+            tx = Tx(self._connect(), self.max_entries)
+            tx.now = time.time()
+            self._deliver([(future, fn(tx), True)])
+        except Exception as exc:
+            self._deliver([(future, exc, False)])
 
     def _execute(self, batch: list) -> None:
         """One transaction for the batch; if a call raises, each call again in its own."""
@@ -226,30 +249,120 @@ class SqliteStore:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ConfigError(f"store: cannot create the directory of {path!r}: {exc}") from None
+        self._db: sqlite3.Connection | None = None   # the event loop's
+        self._tx: Tx | None = None                   # its open write transaction
+        self._commit: asyncio.Future | None = None   # done when that transaction is committed
+        self._on_thread = 0      # calls sent to the thread and not done: later calls follow them
+        self._commits = 0
         self._writer = Writer(path, bounds.max_entries)
-        weakref.finalize(self, self._writer.stop)      # flush at exit or when dropped
+        weakref.finalize(self, self._writer.stop)    # end the thread at exit or when dropped
 
     # ---- plumbing --------------------------------------------------------------------
-    def _call(self, fn: Callable[[Tx], Any], kind: int) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        self._writer.submit(fn, kind, future)
-        return future
+    def _loop_db(self) -> sqlite3.Connection | None:
+        """The loop's connection (None until the thread has created the schema of a file)."""
+        if self._db is None:
+            if self.path == ":memory:":      # one connection holds the whole database
+                db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA foreign_keys=ON")
+                db.executescript(SCHEMA)
+            elif self._writer.db is None:
+                return None
+            else:
+                db = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.execute("PRAGMA wal_autocheckpoint=0")
+            self._db = db
+        return self._db
+
+    async def _call(self, fn: Callable[[Tx], Any], kind: int) -> Any:
+        """`fn(tx)` after every call made before it; a write returns once committed."""
+        if not self._on_thread:
+            db = self._loop_db()
+            if db is not None:
+                try:
+                    result = self._inline(db, fn, kind)
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc) or self._tx is not None or self.path == ":memory:":
+                        raise
+                else:
+                    if kind != READ:
+                        await asyncio.shield(self._commit)
+                    return result
+        return await self._on_writer(fn, kind)
+
+    def _inline(self, db: sqlite3.Connection, fn: Callable[[Tx], Any], kind: int) -> Any:
+        tx = self._tx
+        if tx is None:
+            if kind == READ:            # one read transaction (several SELECTs agree)
+                tx = Tx(db, self.bounds.max_entries)
+                tx.now = time.time()
+                db.execute("BEGIN")
+                try:
+                    return fn(tx)
+                finally:
+                    db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE")       # raises at once if another process writes
+            tx = self._tx = Tx(db, self.bounds.max_entries)
+            loop = asyncio.get_running_loop()
+            self._commit = loop.create_future()
+            loop.call_soon(self._end_transaction)
+        tx.now = time.time()
+        if kind != CREATE:
+            tx.evict()
+        if kind == READ:
+            return fn(tx)
+        db.execute("SAVEPOINT call")            # a failing call undoes only itself
+        try:
+            result = fn(tx)
+        except BaseException:
+            db.execute("ROLLBACK TO call")
+            db.execute("RELEASE call")
+            raise
+        db.execute("RELEASE call")
+        return result
+
+    def _end_transaction(self) -> None:
+        tx, done = self._tx, self._commit
+        self._tx = self._commit = None
+        try:
+            tx.evict()
+            tx.db.execute("COMMIT")
+        except Exception as exc:
+            if tx.db.in_transaction:
+                tx.db.execute("ROLLBACK")
+            done.set_exception(exc)
+            done.exception()        # retrieved: the callers get it
+            return
+        done.set_result(None)
+        self._commits += 1
+        if self._commits % MAINTAIN_EVERY == 0:
+            if self.path == ":memory:":
+                _maintain(Tx(tx.db, self.bounds.max_entries))
+            else:
+                self._writer.submit(_maintain, RAW, None)
+
+    async def _on_writer(self, fn: Callable[[Tx], Any], kind: int) -> Any:
+        self._on_thread += 1
+        try:
+            future = asyncio.get_running_loop().create_future()
+            self._writer.submit(fn, kind, future)
+            return await future
+        finally:
+            self._on_thread -= 1
 
     async def _run(self, fn: Callable[[Tx], Any]) -> Any:
-        """`fn(tx)` on the writer thread, after every call made before it."""
         return await self._call(fn, READ)
 
     async def _write(self, fn: Callable[[Tx], Any]) -> Any:
-        """`fn(tx)` inside a write-locked transaction."""
         return await self._call(fn, WRITE)
 
-    def _later(self, fn: Callable[[Tx], Any], kind: int = WRITE) -> None:
-        """Queue a write; nobody waits for it (a failure is logged)."""
-        self._writer.submit(fn, kind, None)
-
     async def flush(self) -> None:
-        """Wait until every call made so far has run (and committed)."""
-        await self._run(lambda tx: None)
+        """Wait until every call made so far is done (and committed)."""
+        if self._commit is not None:
+            await asyncio.shield(self._commit)
+        if self._on_thread:
+            await self._on_writer(lambda tx: None, READ)
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
@@ -267,7 +380,7 @@ class SqliteStore:
                 db.execute("INSERT INTO chunks (response_n, first_seq, count, frames) VALUES (?,0,?,?)",
                            (n, row[2], blob))
             tx.created("responses", n)
-        self._later(put, CREATE)
+        await self._call(put, CREATE)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
         def get(tx: Tx):
@@ -334,7 +447,7 @@ class SqliteStore:
             n = db.execute("INSERT INTO conversations (id, expires, record) VALUES (?,?,?)",
                            (conversation.id, self.bounds.expires(now), record)).lastrowid
             tx.created("conversations", n)
-        self._later(put, CREATE)
+        await self._call(put, CREATE)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         def get(tx: Tx):
@@ -355,7 +468,7 @@ class SqliteStore:
                             (conversation_id, tx.now)).fetchone()
         return row[0] if row else None
 
-    async def add_items(self, conversation_id: str, items: Sequence[dict], *, wait: bool = True) -> bool:
+    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
         rows = [(item.get("id"), dumps(item)) for item in items]
 
         def add(tx: Tx):
@@ -365,9 +478,6 @@ class SqliteStore:
             tx.db.executemany("INSERT INTO items (conversation_n, id, item) VALUES (?,?,?)",
                               [(n, item_id, item) for item_id, item in rows])
             tx.db.execute("UPDATE conversations SET expires = ? WHERE n = ?", (self.bounds.expires(tx.now), n))
-            return True
-        if not wait:
-            self._later(add)
             return True
         return await self._write(add)
 
@@ -396,6 +506,17 @@ class SqliteStore:
         return await self._write(delete)
 
     async def close(self) -> None:
-        """Run every queued call, then close the connection (a later call reopens it)."""
+        """Finish every call, then close the connections (a later call opens them again)."""
         await self.flush()
+        if self._db is not None and self.path != ":memory:":
+            self._db.close()
+            self._db = None
         await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
+
+
+def _maintain(tx: Tx) -> None:
+    """Delete expired rows (they already read as missing) and checkpoint the WAL."""
+    now = time.time()
+    for table in ("responses", "conversations"):
+        tx.db.execute(f"DELETE FROM {table} WHERE expires <= ?", (now,))
+    tx.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
