@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from llmsim import ids, inputs, latency, textgen, toolcalls, tokens
 from llmsim.errors import InvalidRequestError
@@ -73,8 +73,12 @@ class ChatPlan:
     _chunks: list[Chunk] | None = field(default=None, repr=False, compare=False)
 
     @property
-    def chunks(self) -> list[Chunk]:
-        """The merged stream, built on first use (a non-streamed answer never needs it)."""
+    def chunks(self) -> Iterable[Chunk]:
+        """The merged stream. One choice without tool calls is already in time order, and its
+        chunks are made as the stream reads them (an open stream holds no list of them);
+        otherwise the merged list is built on first use."""
+        if self._chunks is None and len(self.choices) == 1 and not self.choices[0].tool_calls:
+            return text_chunks(self.choices[0])
         if self._chunks is None:
             self._chunks = merged_chunks(self.choices)
         return self._chunks
@@ -242,6 +246,14 @@ def _shift(choice: Choice, delta: float) -> None:
         call.end_at += delta
         for fragment in call.fragments:
             fragment.at += delta
+
+
+def text_chunks(choice: Choice) -> Iterator[Chunk]:
+    """A choice without tool calls, chunk by chunk: role, content (times only grow), finish."""
+    yield Chunk("role", choice, choice.first_at)
+    for text, at in zip(choice.pieces, choice.times):
+        yield Chunk("content", choice, at, text)
+    yield Chunk("finish", choice, choice.end_at)
 
 
 def merged_chunks(choices: list[Choice]) -> list[Chunk]:

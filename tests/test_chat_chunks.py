@@ -1,0 +1,43 @@
+"""A Chat stream's chunks: made one at a time for a single text choice, in the same order as
+the full merge by due time that every other plan uses."""
+from __future__ import annotations
+
+import pytest
+
+from llmsim import chatplan
+from llmsim.clock import FakeClock
+from llmsim.settings import Settings
+from llmsim.simulator import Simulator
+
+BODIES = [
+    {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]},
+    {"model": "o3", "messages": [{"role": "user", "content": "Think"}], "reasoning_effort": "high"},
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Cut"}], "max_tokens": 3},
+]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator.load(Settings(seed=3, target_tokens=20), FakeClock())
+
+
+def kinds_and_times(chunks):
+    return [(c.kind, c.at, c.text) for c in chunks]
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b["model"])
+def test_a_single_text_choice_streams_in_due_time_order(sim, body):
+    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+    lazy = kinds_and_times(plan.chunks)
+    assert lazy == kinds_and_times(chatplan.merged_chunks(plan.choices))
+    assert [kind for kind, _, _ in lazy][::len(lazy) - 1] == ["role", "finish"]
+
+
+def test_a_content_filter_cut_streams_the_cut_choice(sim):
+    from llmsim.injection import _cut_chat
+    body = BODIES[0]
+    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+    _cut_chat(plan, 4, "llmsim")
+    lazy = kinds_and_times(plan.chunks)
+    assert [k for k, _, _ in lazy].count("content") == 4
+    assert lazy == kinds_and_times(chatplan.merged_chunks(plan.choices))
