@@ -9,8 +9,10 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from llmsim import datafiles
 
@@ -57,7 +59,7 @@ class Schedule:
     """When things are due, in seconds after the request began."""
     first_token: float             # first token of any kind (reasoning or visible)
     reasoning_end: float           # equals first_token when there is no reasoning
-    token_times: tuple[float, ...] # one per visible token
+    token_times: Sequence[float]   # one per visible token (an array of doubles)
     end: float
 
 
@@ -71,7 +73,7 @@ def schedule(profile: Profile, rng: random.Random, reasoning_tokens: int, visibl
         gaps = (tbt.sample(rng) for _ in range(visible_tokens - 1))
     else:       # a fixed gap: no draws, the same running sum (so the same floats)
         gaps = itertools.repeat(tbt.mean / 1000.0, visible_tokens - 1)
-    times = tuple(itertools.accumulate(gaps, initial=reasoning_end))
+    times = array("d", itertools.accumulate(gaps, initial=reasoning_end))   # 8 bytes a time
     return Schedule(first, reasoning_end, times, times[-1])
 
 
