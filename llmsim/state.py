@@ -13,7 +13,7 @@ it answered.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, Sequence
 
 import orjson
 
@@ -135,14 +135,15 @@ class ResponseState:
         if prior.conversation and wants_store(body):
             await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])])
 
-    async def recorded(self, chunks: AsyncIterator[bytes], body: dict, prior: Prior,
-                       own: list[dict]) -> AsyncIterator[bytes]:
-        """Pass an SSE stream through; when it ends, keep its events and final response."""
+    def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict]) -> transport.Paced:
+        """The same SSE stream, whose events and final response are kept when it ends
+        (not when the client left or the stream was dropped)."""
         kept: list[bytes] = []
-        async for chunk in chunks:
-            kept.append(chunk)
-            yield chunk
-        stream = b"".join(kept)
+        chunks.on_chunk = kept.append
+        chunks.on_end = lambda: self._keep(b"".join(kept), body, prior, own)
+        return chunks
+
+    async def _keep(self, stream: bytes, body: dict, prior: Prior, own: list[dict]) -> None:
         if stream.startswith(b":") or b"\n\n:" in stream:     # keep-alive comments are no events
             stream = b"".join(split_frames(stream))
         frames = Frames(stream)

@@ -7,7 +7,7 @@ together in one chunk, so a burst costs one socket write.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Iterable, Iterator
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 from starlette.responses import Response
 
@@ -98,6 +98,9 @@ class Paced:
     on the real clock, it runs on the process's shared timer instead (llmsim.pacer).
     """
 
+    on_chunk: Callable[[bytes], None] | None = None         # sees every chunk written
+    on_end: Callable[[], Awaitable[None]] | None = None     # awaited when the events ran out
+
     def __init__(self, events: Iterable[Event], start: float, clock: Clock,
                  keepalive: float | None = None, lateness=None):
         self.events, self.start, self.clock = iter(events), start, clock
@@ -106,7 +109,12 @@ class Paced:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for batch in due_batches(self.events, self.start, self.clock, self.keepalive,
                                        self.lateness):
-            yield sse_chunk(batch, self.clock)
+            chunk = sse_chunk(batch, self.clock)
+            if self.on_chunk is not None:
+                self.on_chunk(chunk)
+            yield chunk
+        if self.on_end is not None:
+            await self.on_end()
 
 
 paced = Paced
@@ -149,6 +157,8 @@ class SSEResponse(Response):
             if isinstance(chunks, Paced) and chunks.clock.realtime:
                 stream = self._on_pacer(chunks, send)
                 await stream.done
+                if chunks.on_end is not None:
+                    await chunks.on_end()
             else:
                 async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -169,11 +179,13 @@ class SSEResponse(Response):
     @staticmethod
     def _on_pacer(paced: Paced, send) -> PacedStream:
         """Run `paced` on the shared timer: its first step now, the rest when due."""
-        clock = paced.clock
+        clock, tap = paced.clock, paced.on_chunk
 
         def write(batch):
-            return send_now(send, {"type": "http.response.body", "body": sse_chunk(batch, clock),
-                                   "more_body": True})
+            chunk = sse_chunk(batch, clock)
+            if tap is not None:
+                tap(chunk)
+            return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
         stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness)
         following = stream.step(clock.now())
         if following is not None:
