@@ -343,13 +343,16 @@ class SqliteStore:
                 self._writer.submit(_maintain, RAW, None)
 
     async def _on_writer(self, fn: Callable[[Tx], Any], kind: int) -> Any:
+        """`fn(tx)` on the thread; until it has run there (even if its caller is cancelled),
+        later calls go there too."""
         self._on_thread += 1
-        try:
-            future = asyncio.get_running_loop().create_future()
-            self._writer.submit(fn, kind, future)
-            return await future
-        finally:
-            self._on_thread -= 1
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(self._thread_call_done)
+        self._writer.submit(fn, kind, future)
+        return await asyncio.shield(future)
+
+    def _thread_call_done(self, _future) -> None:
+        self._on_thread -= 1
 
     async def _run(self, fn: Callable[[Tx], Any]) -> Any:
         return await self._call(fn, READ)
