@@ -8,6 +8,9 @@ import asyncio
 import time
 
 
+RETRY = 0.001      # the shortest second wait: one step of uvloop's clock (no spinning)
+
+
 class Clock:
     realtime = True     # the running loop's time: streams may pace on its timers (llmsim.pacer)
 
@@ -19,9 +22,15 @@ class Clock:
         return time.time()
 
     async def sleep_until(self, deadline: float) -> None:
+        """Return once the loop's clock has reached `deadline`, never before (uvloop's timers
+        may fire up to a millisecond early; a second, shorter wait covers the rest)."""
         delay = deadline - self.now()
-        if delay > 0:
+        while delay > 0:
             await asyncio.sleep(delay)
+            remaining = deadline - self.now()
+            if remaining <= 0:
+                return
+            delay = max(remaining, RETRY)
 
 
 class FakeClock(Clock):

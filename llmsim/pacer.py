@@ -148,9 +148,9 @@ class Pacer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        # Due means due within the resolution of the loop's clock: uvloop's time (and timers)
-        # are whole milliseconds, so a timer for 0.4 ms from now fires at once, finds nothing
-        # due by that clock and would spin until the next millisecond.
+        # uvloop's time and timers are whole milliseconds: a timer for 0.4 ms ahead fires at
+        # once and finds nothing due. The timer is therefore never armed less than one step
+        # of the clock ahead (no spinning), and nothing is written before it is due.
         self.resolution = clock_resolution(loop)
         self.heap: list = []
         self.order = itertools.count()      # ties: first scheduled, first served
@@ -168,7 +168,7 @@ class Pacer:
     def _fire(self) -> None:
         self.timer, self.timer_at = None, float("inf")
         heap = self.heap
-        now = self.loop.time() + self.resolution
+        now = self.loop.time()
         while heap and heap[0][0] <= now:
             _, _, stream = heapq.heappop(heap)
             if stream.closed:
@@ -177,7 +177,7 @@ class Pacer:
             if following is not None:
                 heapq.heappush(heap, (following, next(self.order), stream))
         if heap:
-            self.timer_at = heap[0][0]
+            self.timer_at = max(heap[0][0], now + self.resolution)
             self.timer = self.loop.call_at(self.timer_at, self._fire)
 
 
