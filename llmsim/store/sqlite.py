@@ -42,6 +42,7 @@ MAINTAIN_EVERY = 200     # loop commits between two purges of expired rows + WAL
 READ, WRITE, CREATE, RAW = 0, 1, 2, 3   # CREATE: a write whose evictions may wait for the commit;
                                         # RAW: run outside any transaction (maintenance)
 SQLITE_BUSY = 5
+BUSY_RETRY_S, BUSY_RETRIES = 0.001, 50   # another process's write burst: retry on the loop for ~50 ms
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -250,8 +251,9 @@ class SqliteStore:
             except OSError as exc:
                 raise ConfigError(f"store: cannot create the directory of {path!r}: {exc}") from None
         self._db: sqlite3.Connection | None = None   # the event loop's
-        self._tx: Tx | None = None                   # its open write transaction
-        self._commit: asyncio.Future | None = None   # done when that transaction is committed
+        self._queued: list = []                      # writes of this loop step: (fn, kind, future)
+        self._busy = 0                               # tries that found the database locked
+        self._retry_armed = False
         self._on_thread = 0      # calls sent to the thread and not done: later calls follow them
         self._commits = 0
         self._writer = Writer(path, bounds.max_entries)
@@ -276,71 +278,104 @@ class SqliteStore:
         return self._db
 
     async def _call(self, fn: Callable[[Tx], Any], kind: int) -> Any:
-        """`fn(tx)` after every call made before it; a write returns once committed."""
+        """`fn(tx)` after every call made before it; a write returns once committed.
+
+        Writes made during one step of the loop are queued and applied together when it ends:
+        BEGIN IMMEDIATE, each call under its own savepoint, COMMIT. The database's write lock
+        is held only for that burst, so other processes sharing the file rarely wait for it.
+        A read first applies what is queued (a caller reads what it has written)."""
         if not self._on_thread:
             db = self._loop_db()
             if db is not None:
-                try:
-                    result = self._inline(db, fn, kind)
-                except sqlite3.OperationalError as exc:
-                    if not is_busy(exc) or self._tx is not None or self.path == ":memory:":
-                        raise
+                if kind == READ:
+                    if self._queued:
+                        self._apply_queued()
+                    if self._queued:            # another process holds the lock: wait for them
+                        await asyncio.wait([self._queued[-1][2]])
+                    if not self._on_thread:
+                        try:
+                            return self._read(db, fn)
+                        except sqlite3.OperationalError as exc:
+                            if not is_busy(exc) or self.path == ":memory:":
+                                raise
                 else:
-                    if kind != READ:
-                        await asyncio.shield(self._commit)
-                    return result
+                    loop = asyncio.get_running_loop()
+                    future = loop.create_future()
+                    if not self._queued:
+                        loop.call_soon(self._apply_queued)
+                    self._queued.append((fn, kind, future))
+                    return await asyncio.shield(future)
         return await self._on_writer(fn, kind)
 
-    def _inline(self, db: sqlite3.Connection, fn: Callable[[Tx], Any], kind: int) -> Any:
-        tx = self._tx
-        if tx is None:
-            if kind == READ:            # one read transaction (several SELECTs agree)
-                tx = Tx(db, self.bounds.max_entries)
-                tx.now = time.time()
-                db.execute("BEGIN")
-                try:
-                    return fn(tx)
-                finally:
-                    db.execute("COMMIT")
-            db.execute("BEGIN IMMEDIATE")       # raises at once if another process writes
-            tx = self._tx = Tx(db, self.bounds.max_entries)
-            loop = asyncio.get_running_loop()
-            self._commit = loop.create_future()
-            loop.call_soon(self._end_transaction)
+    def _read(self, db: sqlite3.Connection, fn: Callable[[Tx], Any]) -> Any:
+        """One read transaction (several SELECTs agree)."""
+        tx = Tx(db, self.bounds.max_entries)
         tx.now = time.time()
-        if kind != CREATE:
-            tx.evict()
-        if kind == READ:
+        db.execute("BEGIN")
+        try:
             return fn(tx)
-        db.execute("SAVEPOINT call")            # a failing call undoes only itself
-        try:
-            result = fn(tx)
-        except BaseException:
-            db.execute("ROLLBACK TO call")
-            db.execute("RELEASE call")
-            raise
-        db.execute("RELEASE call")
-        return result
+        finally:
+            db.execute("COMMIT")
 
-    def _end_transaction(self) -> None:
-        tx, done = self._tx, self._commit
-        self._tx = self._commit = None
+    def _apply_queued(self) -> None:
+        """Apply the queued writes in one short transaction; when another process holds the
+        lock, hand them (in order) to the thread, which waits for it."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")       # raises at once if another process writes
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or self.path == ":memory:":
+                _settle([(future, exc, False) for _, _, future in queued])
+                return
+            self._busy += 1
+            if self._busy <= BUSY_RETRIES:      # its bursts are short: try again in a moment
+                self._queued = queued + self._queued
+                if not self._retry_armed:
+                    self._retry_armed = True
+                    asyncio.get_running_loop().call_later(BUSY_RETRY_S, self._retry)
+                return
+            self._busy = 0                      # held for long (e.g. a checkpoint): the thread waits
+            for fn, kind, future in queued:
+                self._on_thread += 1
+                future.add_done_callback(self._thread_call_done)
+                self._writer.submit(fn, kind, future)
+            return
+        self._busy = 0
+        tx = Tx(db, self.bounds.max_entries)
+        outcomes = []
+        for fn, kind, future in queued:
+            tx.now = time.time()
+            if kind != CREATE:
+                tx.evict()
+            db.execute("SAVEPOINT call")        # a failing call undoes only itself
+            try:
+                outcomes.append((future, fn(tx), True))
+            except Exception as exc:
+                db.execute("ROLLBACK TO call")
+                outcomes.append((future, exc, False))
+            db.execute("RELEASE call")
         try:
             tx.evict()
-            tx.db.execute("COMMIT")
+            db.execute("COMMIT")
         except Exception as exc:
-            if tx.db.in_transaction:
-                tx.db.execute("ROLLBACK")
-            done.set_exception(exc)
-            done.exception()        # retrieved: the callers get it
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            _settle([(future, exc, False) for _, _, future in queued])
             return
-        done.set_result(None)
+        _settle(outcomes)
         self._commits += 1
         if self._commits % MAINTAIN_EVERY == 0:
             if self.path == ":memory:":
-                _maintain(Tx(tx.db, self.bounds.max_entries))
+                _maintain(Tx(db, self.bounds.max_entries))
             else:
                 self._writer.submit(_maintain, RAW, None)
+
+    def _retry(self) -> None:
+        self._retry_armed = False
+        self._apply_queued()
 
     async def _on_writer(self, fn: Callable[[Tx], Any], kind: int) -> Any:
         """`fn(tx)` on the thread; until it has run there (even if its caller is cancelled),
@@ -362,8 +397,8 @@ class SqliteStore:
 
     async def flush(self) -> None:
         """Wait until every call made so far is done (and committed)."""
-        if self._commit is not None:
-            await asyncio.shield(self._commit)
+        if self._queued:
+            self._apply_queued()
         if self._on_thread:
             await self._on_writer(lambda tx: None, READ)
 
