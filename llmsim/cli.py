@@ -94,19 +94,40 @@ def serve(settings: Settings) -> int:
     embedded store (a temp SQLite file unless `--store` names one) and stats snapshots."""
     import uvicorn
 
-    from llmsim.app import create_app
-
     with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch:
         settings = _shared_paths(settings, Path(scratch))
-        app = create_app(settings)      # bad settings fail here, before any worker starts
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
                        access_log=False, lifespan="on", http=http_protocol())
         if settings.workers == 1:
-            uvicorn.run(app, **options)
+            from llmsim.app import create_app
+            uvicorn.run(create_app(settings), **options)   # bad settings fail before it listens
         else:
+            check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
             uvicorn.run("llmsim.cli:worker_app", factory=True, workers=settings.workers, **options)
     return 0
+
+
+def check_in_child(settings: Settings) -> None:
+    """Build the app once in a short-lived process, raising its ConfigError here: the
+    supervisor of `--workers` processes then never holds an app (nor a tokenizer) itself."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        error = child.submit(_build_app, settings).result()
+    if error is not None:
+        raise ConfigError(error)
+
+
+def _build_app(settings: Settings) -> str | None:
+    """The configuration error building the app raises, if any."""
+    from llmsim.app import create_app
+    try:
+        create_app(settings)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def http_protocol() -> str:
