@@ -26,6 +26,7 @@ import orjson
 
 from llmsim import pyexpr
 from llmsim.jsonbytes import dumps
+from llmsim.template_syntax import node_kind
 
 Writer = Callable[[dict], "bytes | None"]
 ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")  # as templates
@@ -81,6 +82,9 @@ class JsonCodegen:
         self._reads: list[set[str]] = []          # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
+        self._kinds = {"string": self._leaf, "list": self._list, "$object": self._object,
+                       "$for": self._for, "$if": self._if, "dict": self._dict,
+                       "const": lambda node, where: _const(dumps(node))}
 
     def writer(self, node: Any, where: str, fallback: Writer) -> Writer:
         """`node`'s JSON writer: generated code, with `fallback` when it raises."""
@@ -184,19 +188,10 @@ class JsonCodegen:
 
     # -- JSON bytes -------------------------------------------------------------------------
     def gen(self, node: Any, where: str) -> Gen:
-        if isinstance(node, str):
-            return self._leaf(node, where)
-        if isinstance(node, list):
-            return self._sequence([self.gen(v, f"{where}[{i}]") for i, v in enumerate(node)])
-        if isinstance(node, dict):
-            if "$object" in node:
-                return self._object(node, where)
-            if "$for" in node:
-                return self._for(node, where)
-            if "$if" in node:
-                return self._if(node, where)
-            return self._dict(node, where)
-        return _const(dumps(node))
+        return self._kinds[node_kind(node)](node, where)
+
+    def _list(self, node: list, where: str) -> Gen:
+        return self._sequence([self.gen(v, f"{where}[{i}]") for i, v in enumerate(node)])
 
     def _leaf(self, text: str, where: str) -> Gen:
         if "{{" not in text and "{%" not in text:

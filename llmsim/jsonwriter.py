@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
+from llmsim.template_syntax import node_kind
 
 Writer = Callable[[dict], "bytes | None"]
 
@@ -41,21 +41,13 @@ class JsonCompiler:
         self.omit = omit
         self.const_type = const_type        # the compiler's node for a value without expressions
         self.objects: dict[str, Writer] = {}
+        self._kinds = {"string": lambda node, where: self._leaf(compiler.string(node, where)),
+                       "list": self._list, "$object": self._object, "$for": self._for,
+                       "$if": self._if, "dict": self._dict,
+                       "const": lambda node, where: ConstJson(dumps(node))}
 
     def value(self, node: Any, where: str) -> Writer:
-        if isinstance(node, str):
-            return self._leaf(self.compiler.string(node, where))
-        if isinstance(node, list):
-            return self._list(node, where)
-        if isinstance(node, dict):
-            if "$object" in node:
-                return self._object(node, where)
-            if "$for" in node:
-                return self._for(node, where)
-            if "$if" in node:
-                return self._if(node, where)
-            return self._dict(node, where)
-        return ConstJson(dumps(node))
+        return self._kinds[node_kind(node)](node, where)
 
     def _leaf(self, get) -> Writer:
         omit = self.omit
@@ -107,35 +99,11 @@ class JsonCompiler:
         return write
 
     def _object(self, node: dict, where: str) -> Writer:
-        name_of = self.compiler.value(node["$object"], f"{where}.$object")
-        extra = [(k, self.compiler.value(v, f"{where}.$with.{k}"))
-                 for k, v in (node.get("$with") or {}).items()]
-        objects = self.objects
-        fixed = name_of.value if isinstance(name_of, self.const_type) else None
-
-        def write(ctx):
-            name = fixed if fixed is not None else name_of(ctx)
-            try:
-                target = objects[name]
-            except KeyError:
-                raise ConfigError(f"{where}.$object: no object named {name!r}") from None
-            if extra:
-                ctx = {**ctx, **{k: f(ctx) for k, f in extra}}
-            return target(ctx)
-        return write
+        return self.compiler.embedding(node, where, self.objects)
 
     def _for(self, node: dict, where: str) -> Writer:
-        var, source = self.compiler.loop(node["$for"], f"{where}.$for")
-        body = self.value(node.get("$do"), f"{where}.$do")
-
-        def write(ctx):
-            out = []
-            for item in source(ctx):
-                value = body({**ctx, var: item})
-                if value is not None:
-                    out.append(value)
-            return b"[" + b",".join(out) + b"]"
-        return write
+        items = self.compiler.items(node, where, self.value)
+        return lambda ctx: b"[" + b",".join([v for v in items(ctx) if v is not None]) + b"]"
 
     def _if(self, node: dict, where: str) -> Writer:
         test = self.compiler.value(node["$if"], f"{where}.$if")

@@ -34,6 +34,7 @@ from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.jsoncodegen import JsonCodegen
 from llmsim.jsonwriter import JsonCompiler
+from llmsim.template_syntax import node_kind
 
 Node = Callable[[dict], Any]
 
@@ -109,6 +110,9 @@ class Compiler:
         self.env.globals["given"] = _given
         self.env.filters["tojson"] = _tojson
         self.objects = objects
+        self._kinds = {"string": self.string, "list": self._list, "$object": self._object,
+                       "$for": self._for, "$if": self._if, "dict": self._dict,
+                       "const": lambda node, where: _Const(node)}
         self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
         self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
 
@@ -171,19 +175,7 @@ class Compiler:
         return lambda ctx: template.render(ctx)
 
     def value(self, node: Any, where: str) -> Node:
-        if isinstance(node, str):
-            return self.string(node, where)
-        if isinstance(node, list):
-            return self._list(node, where)
-        if isinstance(node, dict):
-            if "$object" in node:
-                return self._object(node, where)
-            if "$for" in node:
-                return self._for(node, where)
-            if "$if" in node:
-                return self._if(node, where)
-            return self._dict(node, where)
-        return _Const(node)
+        return self._kinds[node_kind(node)](node, where)
 
     def _dict(self, node: dict, where: str) -> Node:
         items = [(key, self.value(val, f"{where}.{key}")) for key, val in node.items()]
@@ -206,9 +198,13 @@ class Compiler:
         return lambda ctx: [v for v in (f(ctx) for f in parts) if v is not OMIT]
 
     def _object(self, node: dict, where: str) -> Node:
+        return self.embedding(node, where, self.objects)
+
+    def embedding(self, node: dict, where: str, objects: dict[str, Callable]) -> Callable:
+        """`{$object: name, $with: {...}}`: the object of that name in `objects` (values, or
+        a JSON compiler's writers), rendered with the `$with` variables added."""
         name_node = self.value(node["$object"], f"{where}.$object")
         extra = [(k, self.value(v, f"{where}.$with.{k}")) for k, v in (node.get("$with") or {}).items()]
-        objects = self.objects
         if isinstance(name_node, _Const) and name_node.value not in self.names:
             raise ConfigError(f"{where}.$object: no object named {name_node.value!r}; "
                               f"known: {', '.join(sorted(self.names))}")
@@ -231,17 +227,14 @@ class Compiler:
         return match.group(1), self.string("{{" + match.group(2) + "}}", where)
 
     def _for(self, node: dict, where: str) -> Node:
-        var, source = self.loop(node["$for"], f"{where}.$for")
-        body = self.value(node.get("$do"), f"{where}.$do")
+        items = self.items(node, where, self.value)
+        return lambda ctx: [value for value in items(ctx) if value is not OMIT]
 
-        def render(ctx):
-            out = []
-            for item in source(ctx):
-                value = body({**ctx, var: item})
-                if value is not OMIT:
-                    out.append(value)
-            return out
-        return render
+    def items(self, node: dict, where: str, compile_body: Callable) -> Callable[[dict], Iterator]:
+        """`{$for: "x in xs", $do: body}`: the body, compiled by `compile_body`, for each item."""
+        var, source = self.loop(node["$for"], f"{where}.$for")
+        body = compile_body(node.get("$do"), f"{where}.$do")
+        return lambda ctx: (body({**ctx, var: item}) for item in source(ctx))
 
     def _if(self, node: dict, where: str) -> Node:
         test = self.value(node["$if"], f"{where}.$if")
