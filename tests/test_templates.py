@@ -3,6 +3,8 @@ file and path; `--templates DIR` and `--spec FILE` change the wire without code.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -60,6 +62,17 @@ def test_broken_template_fails_start_up_naming_file_and_path(templates_copy, cha
     message = start_fails(directory)
     assert "responses.yaml" in message
     assert where in message and what in message
+
+
+def test_broken_template_stops_a_server_with_workers_before_it_listens(templates_copy):
+    directory, edit = templates_copy
+    edit("responses", add_object("broken", {"x": {"$object": "no_such_object"}}))
+    result = subprocess.run([sys.executable, "-m", "llmsim", "serve", "--port", "0", "--workers", "2",
+                             "--templates", str(directory)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "responses.yaml" in result.stderr and "objects.broken.x.$object" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_invalid_yaml_fails_start_up_naming_the_file(templates_copy):
