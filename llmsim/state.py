@@ -66,7 +66,8 @@ class ResponseState:
         self.jobs = Jobs(sim, self)
 
     def render(self, shape: str, **values) -> Any:
-        return self.shapes.body(shape=shape, **values)
+        """A stored shape's value (rendered by the template's generated JSON writer)."""
+        return orjson.loads(self.shapes.body_json(shape=shape, **values))
 
     # ---- what a request continues -------------------------------------------------------
     async def prior(self, body: dict) -> Prior:
