@@ -138,3 +138,22 @@ async def test_a_stream_closed_by_its_response_stops_drawing_events():
     stream.step(asyncio.get_running_loop().time())
     stream.close()
     assert len(drawn) <= 2 and stream.closed
+
+
+def test_a_client_that_stops_reading_gets_the_whole_stream_when_it_reads_again(live_server_factory):
+    """Its writes wait for the socket (flow control) while every other stream goes on."""
+    import socket
+    import time
+    server = live_server_factory("--ttft-ms", "5", "--tbt-ms", "0.01", "--target-tokens", "16000")
+    body = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        data = sock.recv(1024)
+        time.sleep(1.5)                 # ~4 MB are due meanwhile: far more than the socket holds
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the server closed the stream"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200")
+    assert data.count(b'"delta":{"content":"') == 16000 and b"data: [DONE]" in data
