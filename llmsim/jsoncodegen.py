@@ -3,13 +3,14 @@
 A streamed event costs what its template costs to evaluate, so the hot templates are turned
 into straight-line code at start-up, the way jinja2 compiles its templates:
 
-    {type: response.output_text.delta, sequence_number: "{{ seq }}", delta: "{{ token.text }}"}
+    {kind: greeting, n: "{{ seq }}", text: "{{ token.text }}"}
 
-becomes
+becomes (roughly)
 
     def write(ctx):
-        return b"".join((b'{"type":"response.output_text.delta","sequence_number":',
-                         _d(ctx['seq']), b',"delta":', _d(_g(ctx['token'], 'text')), b'}'))
+        _n_seq, _n_token = _name(ctx, 'seq'), _name(ctx, 'token')
+        return b"".join((b'{"kind":"greeting","n":', _d(_n_seq), b',"text":',
+                         _d(_n_token.text), b'}'))
 
 Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
@@ -26,11 +27,9 @@ import orjson
 
 from llmsim import pyexpr
 from llmsim.jsonbytes import dumps
-from llmsim.template_syntax import node_kind
+from llmsim.template_syntax import LOOP, ONE_NAME, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
-ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")  # as templates
-LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)     # as templates._FOR
 
 
 class Gen(NamedTuple):

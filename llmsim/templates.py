@@ -34,7 +34,7 @@ from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.jsoncodegen import JsonCodegen
 from llmsim.jsonwriter import JsonCompiler
-from llmsim.template_syntax import node_kind
+from llmsim.template_syntax import LOOP, ONE_NAME, bound_names, node_kind
 
 Node = Callable[[dict], Any]
 
@@ -47,9 +47,6 @@ class _Omit:
 OMIT = _Omit()
 _WHOLE_EXPR = re.compile(r"^\{\{(.*)\}\}$", re.S)
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
-_FOR = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)
-# "prefix{{ dotted.name }}suffix": rendered by concatenation, without a jinja context.
-_ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")
 
 
 class Event:
@@ -164,7 +161,7 @@ class Compiler:
             return self.expression(whole.group(1), where)
         if "{{" not in text and "{%" not in text:
             return _Const(text)
-        one = _ONE_NAME.match(text)
+        one = ONE_NAME.match(text)
         if one and one.group(2) not in ("omit", "none", "None", "true", "false"):
             prefix, get, suffix = one.group(1), self.expression(one.group(2), where), one.group(3)
             return lambda ctx: f"{prefix}{get(ctx)}{suffix}"
@@ -221,7 +218,7 @@ class Compiler:
         return render
 
     def loop(self, spec: str, where: str) -> tuple[str, Node]:
-        match = _FOR.match(spec if isinstance(spec, str) else "")
+        match = LOOP.match(spec if isinstance(spec, str) else "")
         if not match:
             raise ConfigError(f"{where}: loop must read 'NAME in EXPRESSION', got {spec!r}")
         return match.group(1), self.string("{{" + match.group(2) + "}}", where)
@@ -255,7 +252,7 @@ class Compiler:
     def _step(self, step: dict, where: str):
         if "for" in step:
             var, source = self.loop(step["for"], f"{where}.for")
-            source = self.codegen.value_function("{{" + _FOR.match(step["for"]).group(2) + "}}",
+            source = self.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
                                                  f"{where}.for", fallback=source)
             body = self.steps(step.get("steps", []), f"{where}.steps")
             index = step.get("index")
@@ -292,26 +289,6 @@ class Compiler:
             clock[1] += 1
             yield Event(name, None, clock[0], False, write(ctx))
         return emit
-
-
-def bound_names(node: Any) -> set[str]:
-    """Every variable a template binds: loop variables, loop indexes and `$with` keys."""
-    names: set[str] = set()
-    if isinstance(node, list):
-        for value in node:
-            names |= bound_names(value)
-    elif isinstance(node, dict):
-        for key in ("$for", "for"):
-            match = _FOR.match(node[key]) if isinstance(node.get(key), str) else None
-            if match:
-                names.add(match.group(1))
-        if isinstance(node.get("index"), str):
-            names.add(node["index"])
-        if isinstance(node.get("$with"), dict):
-            names |= set(node["$with"])
-        for value in node.values():
-            names |= bound_names(value)
-    return names
 
 
 def _given(value, default):

@@ -117,8 +117,6 @@ class Paced:
             await self.on_end()
 
 
-paced = Paced
-
 
 def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> "SSEResponse":
     return SSEResponse(chunks, headers)

@@ -21,7 +21,7 @@ class ChatHandlers:
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body))
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.sse_response(transport.paced(events, start, sim.clock, keepalive,
+            return transport.sse_response(transport.Paced(events, start, sim.clock, keepalive,
                                                           sim.stats.lateness))
         await sim.clock.sleep_until(start + plan.end_at)
         return transport.json_response(self.template.body_json(plan=plan, req=body))

@@ -31,7 +31,7 @@ class ResponsesHandlers:
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            chunks = transport.paced(events, start, sim.clock, keepalive, sim.stats.lateness)
+            chunks = transport.Paced(events, start, sim.clock, keepalive, sim.stats.lateness)
             if wants_store(body):
                 chunks = sim.state.recorded(chunks, body, prior, own)
             return transport.sse_response(chunks)
