@@ -15,8 +15,10 @@ class Clock:
     realtime = True     # the running loop's time: streams may pace on its timers (llmsim.pacer)
 
     def now(self) -> float:
-        """Monotonic seconds (the running loop's clock)."""
-        return asyncio.get_running_loop().time()
+        """Monotonic seconds: the base of the loop's timers (asyncio's and uvloop's clocks are
+        CLOCK_MONOTONIC), read precisely: uvloop's `loop.time()` is whole milliseconds as of
+        the start of the loop step, up to a millisecond behind."""
+        return time.monotonic()
 
     def wall(self) -> float:
         return time.time()

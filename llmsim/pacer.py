@@ -168,7 +168,7 @@ class Pacer:
     def _fire(self) -> None:
         self.timer, self.timer_at = None, float("inf")
         heap = self.heap
-        now = self.loop.time()
+        now = time.monotonic()                  # llmsim.clock.Clock.now: what due times are on
         while heap and heap[0][0] <= now:
             _, _, stream = heapq.heappop(heap)
             if stream.closed:
