@@ -104,8 +104,8 @@ class PacedStream:
             return self._finish(exc)
         following = due
         if batch:
-            if self.lateness is not None:
-                self.lateness.observe(max(0.0, now - batch_due))
+            if self.lateness is not None:       # on the precise clock (Clock.now), not the loop's
+                self.lateness.observe(max(0.0, time.monotonic() - batch_due))
             self.started = True
             wait = self.write(batch)
         elif self.keepalive and not self.started and due is not None and due - now > self.keepalive:
@@ -168,7 +168,7 @@ class Pacer:
     def _fire(self) -> None:
         self.timer, self.timer_at = None, float("inf")
         heap = self.heap
-        now = time.monotonic()                  # llmsim.clock.Clock.now: what due times are on
+        now = self.loop.time()      # the timers' own clock: never ahead of Clock.now (no early write)
         while heap and heap[0][0] <= now:
             _, _, stream = heapq.heappop(heap)
             if stream.closed:
