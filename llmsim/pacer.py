@@ -60,16 +60,19 @@ class PacedStream:
     """One stream: its events, when it began, how it writes; `done` resolves when it ends."""
 
     def __init__(self, events: Iterator, start: float, write: Callable[[list], Awaitable | None],
-                 keepalive: float | None, lateness):
+                 keepalive: float | None, lateness, clock):
         self.events = events
         self.start = start
         self.write = write                  # a batch (list of events; [] = keep-alive) -> None or a wait
-        self.keepalive = keepalive
+        self.keepalive = keepalive          # seconds between comment lines during the first wait
         self.lateness = lateness
+        self.clock = clock                  # llmsim.clock: how late a batch left is read on it
         self.context = contextvars.copy_context()
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self.pending: Any = None            # the next event, not yet due
-        self.started = False                # an event has been written
+        self.stepped = False                # step() ran before
+        self.first_wait = True              # no event has yet been written after waiting for it
+        self.keepalive_at: float | None = None
         self.closed = False
 
     def close(self) -> None:
@@ -102,17 +105,18 @@ class PacedStream:
             self.pending, due, ending = None, None, drop
         except BaseException as exc:
             return self._finish(exc)
-        following = due
+        wait = None
         if batch:
-            if self.lateness is not None:       # on the precise clock (Clock.now), not the loop's
-                self.lateness.observe(max(0.0, time.monotonic() - batch_due))
-            self.started = True
+            if self.lateness is not None:       # on the stream's clock (precise), not the loop's
+                self.lateness.observe(max(0.0, self.clock.now() - batch_due))
+            self.first_wait = self.first_wait and not self.stepped
             wait = self.write(batch)
-        elif self.keepalive and not self.started and due is not None and due - now > self.keepalive:
-            following = now + self.keepalive
-            wait = self.write([])
-        else:
-            wait = None
+        elif self.keepalive_at is not None and now >= self.keepalive_at:
+            wait = self.write([])               # a comment line while waiting for the first token
+        self.stepped, self.keepalive_at = True, None
+        following = due
+        if self.keepalive and self.first_wait and due is not None and due - now > self.keepalive:
+            following = self.keepalive_at = now + self.keepalive
         if wait is not None:
             return self._after(wait, following, ending)
         if following is None:

@@ -7,14 +7,13 @@ together in one chunk, so a burst costs one socket write.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import AsyncIterator, Awaitable, Callable, Iterable
 
 from starlette.responses import Response
 
 from llmsim.clock import Clock
 from llmsim.jsonbytes import dumps
 from llmsim.pacer import PACERS, PacedStream, send_now
-from llmsim.errors import ConnectionDrop
 from llmsim.templates import Event
 
 JSON = "application/json"
@@ -36,50 +35,29 @@ def sse_frame(event: Event) -> bytes:
 
 async def due_batches(events: Iterable[Event], start: float, clock: Clock,
                       keepalive: float | None = None, lateness=None) -> AsyncIterator[list[Event]]:
-    """The one pacing loop (SSE and WebSocket): lists of events, each list sent when its
-    first event is due (`start + event.at`); events already due travel together.
-
-    With `keepalive` (seconds), an empty list is yielded every `keepalive` seconds while
-    waiting for the first token (SSE turns it into a comment line). With `lateness` (a
-    `stats.Histogram`), each batch records how late it went out: now minus its first due time.
+    """Pacing in the calling task (WebSocket turns; SSE not on the shared timer): lists of
+    events, each sent when its first event is due (`start + event.at`); events already due
+    travel together. The same state machine as the shared timer's (llmsim.pacer.PacedStream):
+    with `keepalive` (seconds) an empty list comes every `keepalive` seconds while waiting for
+    the first token; `lateness` (a stats histogram) records how late each list left; a
+    ConnectionDrop in the events ends it after what was due before it.
     """
-    batch: list[Event] = []
-    first = True
-    dropped: list[ConnectionDrop] = []
-    events = _until_drop(events, dropped)     # a drop still sends what was due before it
-    batch_due = start
-    now = clock.now()
-    for event in events:
-        due = start + event.at
-        if due > now and due > (now := clock.now()):     # the clock is read only when needed
-            if batch:
-                if lateness is not None:
-                    lateness.observe(max(0.0, clock.now() - batch_due))
-                yield batch
-                batch = []
-            if keepalive and first:
-                while due - clock.now() > keepalive:
-                    await clock.sleep_until(clock.now() + keepalive)
-                    yield []
-            await clock.sleep_until(due)
-            now = clock.now()
-            first = False
-        if not batch:
-            batch_due = due
-        batch.append(event)
-    if batch:
-        if lateness is not None:
-            lateness.observe(max(0.0, clock.now() - batch_due))
-        yield batch
-    if dropped:
-        raise dropped[0]
-
-
-def _until_drop(events: Iterable[Event], dropped: list) -> Iterator[Event]:
+    written: list[list[Event]] = []
+    stream = PacedStream(iter(events), start, written.append, keepalive, lateness, clock)
     try:
-        yield from events
-    except ConnectionDrop as drop:
-        dropped.append(drop)
+        following = stream.step(clock.now())
+        while True:
+            for batch in written:
+                yield batch
+            written.clear()
+            if following is None:
+                break
+            await clock.sleep_until(following)
+            following = stream.step(clock.now())
+    finally:
+        stream.close()
+    if stream.done.exception() is not None:
+        raise stream.done.exception()
 
 
 def sse_chunk(batch: list[Event], clock: Clock) -> bytes:
@@ -184,7 +162,7 @@ class SSEResponse(Response):
             if tap is not None:
                 tap(chunk)
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
-        stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness)
+        stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness, clock)
         following = stream.step(clock.now())
         if following is not None:
             PACERS.get().add(stream, following)

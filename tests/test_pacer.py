@@ -4,6 +4,7 @@ only its own stream back, and drops and keep-alives behave as in a stream paced 
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import orjson
 import pytest
@@ -125,6 +126,20 @@ async def test_keepalive_comments_go_out_before_the_first_event_only():
     assert bodies.index(comments[-1]) < bodies.index(next(b for b in bodies if b.startswith(b"event")))
 
 
+async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_out_at_once():
+    clock = Clock()
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+    created = Event("created", {"i": -1}, 0.0)           # like response.created, due at once
+    stream = itertools.chain([created], events(2, first=0.05))
+    await respond(Paced(stream, clock.now(), clock, keepalive=0.012), send)
+    bodies = frames(sent)
+    assert bodies[0].startswith(b"event: created")
+    assert sum(b.startswith(b": ") for b in bodies[1:]) >= 3
+
+
 async def test_a_stream_closed_by_its_response_stops_drawing_events():
     drawn = []
 
@@ -133,9 +148,9 @@ async def test_a_stream_closed_by_its_response_stops_drawing_events():
             drawn.append(event)
             yield event
     written = []
-    stream = PacedStream(counted(), asyncio.get_running_loop().time(), lambda batch: written.append(batch),
-                         None, None)
-    stream.step(asyncio.get_running_loop().time())
+    clock = Clock()
+    stream = PacedStream(counted(), clock.now(), lambda batch: written.append(batch), None, None, clock)
+    stream.step(clock.now())
     stream.close()
     assert len(drawn) <= 2 and stream.closed
 
