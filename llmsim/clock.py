@@ -12,7 +12,7 @@ RETRY = 0.001      # the shortest second wait: one step of uvloop's clock (no sp
 
 
 class Clock:
-    realtime = True     # the running loop's time: streams may pace on its timers (llmsim.pacer)
+    realtime = True     # real time, the base of the loop's timers: streams may pace on them (llmsim.pacer)
 
     def now(self) -> float:
         """Monotonic seconds: the base of the loop's timers (asyncio's and uvloop's clocks are
