@@ -5,7 +5,9 @@ every write is committed (readable by another connection) when it returns."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +87,16 @@ async def test_the_oldest_are_evicted_within_one_commit(path):
     await asyncio.gather(*(store.put_response(record(n)) for n in range(6)))
     assert [await store.get_response(f"resp_{n}") is None for n in range(6)] == [True] * 3 + [False] * 3
     await store.close()
+
+
+async def test_the_wal_file_stays_bounded_under_steady_writes(path, monkeypatch):
+    """Checkpoints run while writes keep coming; each must let the WAL start over."""
+    monkeypatch.setattr("llmsim.store.sqlite.MAINTAIN_EVERY", 20)
+    store = SqliteStore(path, Bounds(50, None))
+    for n in range(3000):                     # one commit each, while the thread checkpoints
+        frames = [b'event: e\ndata: {"pad":"%s"}\n\n' % os.urandom(1500).hex().encode() for _ in range(4)]
+        await store.put_response(record(n), frames)
+    await store.flush()
+    assert Path(path + "-wal").stat().st_size <= 24 << 20    # it grew past 100 MB when checkpoints lagged
+    await store.close()
+
