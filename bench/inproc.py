@@ -32,6 +32,8 @@ WORKLOADS = {
     "resp": ("/v1/responses", RESP),
     "chat_stream": ("/v1/chat/completions", {**CHAT, "stream": True}),
     "resp_stream": ("/v1/responses", {**RESP, "stream": True}),
+    "resp_nostore": ("/v1/responses", {**RESP, "store": False}),
+    "resp_stream_nostore": ("/v1/responses", {**RESP, "stream": True, "store": False}),
 }
 
 

@@ -100,3 +100,21 @@ async def test_the_wal_file_stays_bounded_under_steady_writes(path, monkeypatch)
     assert Path(path + "-wal").stat().st_size <= 24 << 20    # it grew past 100 MB when checkpoints lagged
     await store.close()
 
+
+async def test_a_file_from_before_frames_moved_into_the_row_still_replays(path):
+    frames = [b'event: e\ndata: {"n":%d}\n\n' % n for n in range(3)]
+    with sqlite3.connect(path) as db:         # the earlier layout: raw frames in `chunks`
+        db.executescript("""
+            CREATE TABLE responses (n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL,
+                status TEXT NOT NULL, events INTEGER NOT NULL, response BLOB NOT NULL, meta BLOB NOT NULL);
+            CREATE TABLE chunks (response_n INTEGER NOT NULL REFERENCES responses (n) ON DELETE CASCADE,
+                first_seq INTEGER NOT NULL, count INTEGER NOT NULL, frames BLOB NOT NULL,
+                PRIMARY KEY (response_n, first_seq)) WITHOUT ROWID;""")
+        db.execute("INSERT INTO responses VALUES (1, 'resp_old', 9e18, 'completed', 3, ?, '{}')",
+                   (b'{"id":"resp_old","status":"completed","output":[]}',))
+        db.execute("INSERT INTO chunks VALUES (1, 0, 3, ?)", (b"".join(frames),))
+    store = SqliteStore(path, Bounds(10, None))
+    await store.put_response(record(1), frames)           # opens (and upgrades) the file
+    assert await store.events("resp_old", 0) == (frames[1:], "completed")
+    assert await store.events("resp_1", -1) == (frames, "completed")
+    await store.close()
