@@ -23,6 +23,13 @@ class Clock:
     def wall(self) -> float:
         return time.time()
 
+    def began(self, received_at: float | None) -> float:
+        """When a request's simulated time starts: when the server read it (`received_at`, on
+        this clock), so time spent queued behind other requests counts toward its latency
+        instead of being added to it; now, when the server did not say."""
+        now = self.now()
+        return now if received_at is None else min(received_at, now)
+
     async def sleep_until(self, deadline: float) -> None:
         """Return once the loop's clock has reached `deadline`, never before (uvloop's timers
         may fire up to a millisecond early; a second, shorter wait covers the rest)."""
@@ -38,6 +45,9 @@ class Clock:
 class FakeClock(Clock):
     """A clock that only moves when something sleeps on it."""
     realtime = False
+
+    def began(self, received_at: float | None) -> float:
+        return self.now()      # a real-time stamp means nothing here
 
     def __init__(self, start: float = 0.0, wall: float = 1_700_000_000.0):
         self.t = start

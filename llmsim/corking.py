@@ -12,6 +12,7 @@ leaves in one write, and a paced stream's event still leaves in the step it is d
 from __future__ import annotations
 
 import asyncio
+import time
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -96,7 +97,16 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
+RECEIVED_AT = "llmsim.received_at"     # scope["extensions"]: when the request's first bytes were parsed
+
+
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
+    def on_message_begin(self) -> None:
+        """Stamp the request with when it arrived (`Clock.now`'s base), before it may wait
+        behind others for the loop: its simulated latency counts from here."""
+        super().on_message_begin()
+        self.scope["extensions"] = {RECEIVED_AT: time.monotonic()}
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 

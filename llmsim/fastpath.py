@@ -23,6 +23,7 @@ from connexion.json_schema import resolve_refs
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmsim.corking import RECEIVED_AT
 from llmsim.errors import APIError, InvalidRequestError, ServerError, UnsupportedMediaTypeError
 from llmsim.validation import check, check_depth, compile_schema, parse_json
 
@@ -148,6 +149,12 @@ class RequestHeaders(Headers):
             if name == wanted:
                 return value.decode("latin-1")
         return default
+
+
+def received_at() -> float | None:
+    """When the server read the request's first bytes (monotonic seconds), if it says."""
+    extensions = _scope.get().get("extensions")
+    return extensions.get(RECEIVED_AT) if extensions else None
 
 
 def request_headers() -> RequestHeaders:

@@ -4,10 +4,12 @@ Every body and chunk is checked against our openapi.yaml and OpenAI's schemas.""
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 import httpx
 import openai
+import orjson
 import pytest
 
 import counting
@@ -342,6 +344,30 @@ def test_non_streaming_answer_waits_for_the_whole_simulated_generation(slow):
     start = time.monotonic()
     slow.client().chat.completions.create(model="gpt-4o", messages=HELLO)
     assert time.monotonic() - start >= 0.35           # 200 ms + 19 x 10 ms
+
+
+def test_time_a_request_waits_behind_another_counts_toward_its_latency(slow):
+    """Two requests pipelined on one connection: the second is served only once the first
+    has been answered (~390 ms), yet it arrived at once, so it is due at once."""
+    body = orjson.dumps({"model": "gpt-4o", "messages": HELLO})
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection(("127.0.0.1", slow.port), timeout=10) as sock:
+        start = time.monotonic()
+        sock.sendall(request + request)
+        received, answers = b"", []
+        while len(answers) < 2:
+            received += sock.recv(65536)
+            while b"\r\n\r\n" in received:
+                head, _, rest = received.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: (\d+)", head)[1])
+                if len(rest) < length:
+                    break
+                answers.append((time.monotonic() - start, head.split(b" ")[1]))
+                received = rest[length:]
+    assert [status for _, status in answers] == [b"200", b"200"]
+    assert answers[0][0] >= 0.35
+    assert answers[1][0] < 0.6             # not 2 x 390 ms
 
 
 def test_keepalive_comments_precede_the_first_chunk(slow):

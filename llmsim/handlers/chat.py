@@ -1,7 +1,7 @@
 """POST /chat/completions."""
 from __future__ import annotations
 
-from llmsim.fastpath import request_headers
+from llmsim.fastpath import received_at, request_headers
 
 from llmsim import chatplan, transport
 from llmsim.simulator import Simulator
@@ -14,7 +14,7 @@ class ChatHandlers:
 
     async def create(self, body: dict):
         sim = self.sim
-        start = sim.clock.now()
+        start = sim.clock.began(received_at())
         fault = await sim.faults.begin("chat", body, request_headers())
         plan = fault.shape(chatplan.plan_chat(body, sim.context(body["model"])))
         sim.stats.record(plan, "chat", bool(body.get("stream")))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import orjson
-from llmsim.fastpath import request_headers
+from llmsim.fastpath import received_at, request_headers
 
 from llmsim import plan as planning
 from llmsim import transport
@@ -17,7 +17,7 @@ class ResponsesHandlers:
 
     async def create(self, body: dict):
         sim = self.sim
-        start = sim.clock.now()
+        start = sim.clock.began(received_at())
         fault = await sim.faults.begin("responses", body, request_headers())
         prior = await sim.state.prior(body)      # previous_response_id / conversation history
         ctx = sim.context(body["model"])
