@@ -139,16 +139,13 @@ class ResponseState:
     def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict]) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends
         (not when the client left or the stream was dropped)."""
-        kept: list[bytes] = []
-        chunks.on_chunk = kept.append
-        chunks.on_end = lambda: self._keep(b"".join(kept), body, prior, own)
+        recording = Recording()
+        chunks.on_chunk = recording.add
+        chunks.on_end = lambda: self._keep(recording.frames(), body, prior, own)
         return chunks
 
-    async def _keep(self, stream: bytes, body: dict, prior: Prior, own: list[dict]) -> None:
-        if stream.startswith(b":") or b"\n\n:" in stream:     # keep-alive comments are no events
-            stream = b"".join(split_frames(stream))
-        frames = Frames(stream)
-        snapshot = latest_snapshot(stream)
+    async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
+        snapshot = latest_snapshot(frames.blob)
         if snapshot is not None:
             await self.save(body, prior, own, snapshot, frames)
             await self.conclude(body, prior, own, snapshot)
@@ -180,9 +177,21 @@ class ResponseState:
         raise ServerError("The response changed too often to be cancelled; please retry.")
 
 
-def split_frames(stream: bytes) -> list[bytes]:
-    """SSE bytes as one frame per event (keep-alive comments dropped)."""
-    return [frame + b"\n\n" for frame in stream.split(b"\n\n") if frame and not frame.startswith(b":")]
+class Recording:
+    """The events of a stream as written (keep-alive comments left out), counted as they go."""
+    __slots__ = ("chunks", "events")
+
+    def __init__(self):
+        self.chunks: list[bytes] = []
+        self.events = 0
+
+    def add(self, batch: list, chunk: bytes) -> None:
+        if batch:
+            self.chunks.append(chunk)
+            self.events += len(batch)
+
+    def frames(self) -> Frames:
+        return Frames(b"".join(self.chunks), self.events)
 
 
 def latest_snapshot(stream: bytes) -> dict | None:

@@ -76,7 +76,8 @@ class Paced:
     on the real clock, it runs on the process's shared timer instead (llmsim.pacer).
     """
 
-    on_chunk: Callable[[bytes], None] | None = None         # sees every chunk written
+    on_chunk: Callable[[list, bytes], None] | None = None   # sees every batch written and its
+                                                            # bytes (no events: a keep-alive)
     on_end: Callable[[], Awaitable[None]] | None = None     # awaited when the events ran out
 
     def __init__(self, events: Iterable[Event], start: float, clock: Clock,
@@ -89,7 +90,7 @@ class Paced:
                                        self.lateness):
             chunk = sse_chunk(batch, self.clock)
             if self.on_chunk is not None:
-                self.on_chunk(chunk)
+                self.on_chunk(batch, chunk)
             yield chunk
         if self.on_end is not None:
             await self.on_end()
@@ -160,7 +161,7 @@ class SSEResponse(Response):
         def write(batch):
             chunk = sse_chunk(batch, clock)
             if tap is not None:
-                tap(chunk)
+                tap(batch, chunk)
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
         stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness, clock)
         following = stream.step(clock.now())

@@ -229,6 +229,19 @@ def test_replay_starts_after_the_given_sequence_number(client):
     assert resumed == events[5:]
 
 
+def test_a_replay_leaves_out_the_keep_alive_comments(live_server_factory):
+    server = live_server_factory("--ttft-ms", "150", "--tbt-ms", "1", "--keepalive-ms", "30",
+                                 "--target-tokens", "5")
+    with httpx.stream("POST", f"{server.base}/responses", timeout=10,
+                      json={"model": MODEL, "input": "Wait for it.", "stream": True}) as r:
+        streamed = "".join(r.iter_text())
+    assert "\n: " in streamed                              # comments while the first token waits
+    response_id = streamed.split('"id":"', 1)[1].split('"', 1)[0]
+    replayed = httpx.get(f"{server.base}/responses/{response_id}", params={"stream": "true"}, timeout=10).text
+    frames = [frame for frame in streamed.split("\n\n") if frame and not frame.startswith(":")]
+    assert replayed.split("\n\n")[:-1] == frames
+
+
 def test_a_response_that_was_not_streamed_cannot_be_replayed(client):
     created = client.responses.create(model=MODEL, input="Plain.")
     with pytest.raises(openai.BadRequestError) as exc:

@@ -42,9 +42,9 @@ class Frames(Sequence):
     contains no other), counted without splitting it; indexing or iterating splits it once."""
     __slots__ = ("blob", "_count", "_split")
 
-    def __init__(self, blob: bytes):
+    def __init__(self, blob: bytes, count: int | None = None):
         self.blob = blob
-        self._count = blob.count(b"\n\n")
+        self._count = blob.count(b"\n\n") if count is None else count   # ~10 µs for 12 KB
         self._split: list[bytes] | None = None
 
     def __len__(self) -> int:
