@@ -52,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", dest="api_keys", action="append",
                        help="accept this Bearer API key (repeatable); with none, no authentication")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted (default 32 MiB)")
-    serve.add_argument("--store", help="state store: a SQLite file path or redis://host:port/db "
-                       "(default: a temp SQLite file shared by this server's workers)")
+    serve.add_argument("--store", help="state store: lmdb:DIR, a SQLite file path or redis://host:port/db "
+                       "(default: a temp LMDB store shared by this server's workers)")
     serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
     serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(settings: Settings) -> int:
     """Run the server: one process, or `--workers N` processes sharing the port, the
-    embedded store (a temp SQLite file unless `--store` names one) and stats snapshots."""
+    embedded store (a temp LMDB directory unless `--store` names one) and stats snapshots."""
     import uvicorn
 
     with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch:
@@ -145,7 +145,7 @@ def _shared_paths(settings: Settings, scratch: Path) -> Settings:
     the stats snapshot directory (both in this server's scratch directory unless set)."""
     changes = {}
     if settings.store is None:
-        changes["store"] = str(scratch / "store.sqlite3")
+        changes["store"] = f"lmdb:{scratch / 'store.lmdb'}"
     if settings.workers > 1 and settings.stats_dir is None:
         changes["stats_dir"] = str(scratch / "stats")
     return settings.replace(**changes) if changes else settings

@@ -41,8 +41,10 @@ def test_the_oldest_responses_are_evicted_beyond_max_entries(live_server_factory
     assert [client.responses.retrieve(r.id).id for r in created[2:]] == [r.id for r in created[2:]]
 
 
-def test_a_file_store_survives_a_restart(tmp_path):
-    path = str(tmp_path / "store.sqlite3")
+@pytest.mark.parametrize("store", ["lmdb:store.lmdb", "store.sqlite3"])
+def test_a_file_store_survives_a_restart(tmp_path, store):
+    kind, _, name = store.rpartition(":")
+    path = f"{kind}:{tmp_path / name}" if kind else str(tmp_path / name)
     first = LiveServer("--profile", "instant", "--store", path)
     try:
         client = first.client()

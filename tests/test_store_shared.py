@@ -1,5 +1,5 @@
 """Several processes share one store, seen through the official SDK: two llmsim servers on one
-SQLite file, two on one Redis (a `redis-server` this module starts), and `--workers 2` on
+LMDB store, two on one SQLite file, two on one Redis (a `redis-server` this module starts), and `--workers 2` on
 one port. What one process stores, the other retrieves, continues and cancels."""
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ def redis_url():
     proc.wait(10)
 
 
-@pytest.fixture(scope="module", params=["sqlite", "redis"])
+@pytest.fixture(scope="module", params=["lmdb", "sqlite", "redis"])
 def pair(request, live_server_factory, tmp_path_factory):
     """Two separate llmsim processes sharing one store."""
-    if request.param == "sqlite":
+    if request.param == "lmdb":
+        store = f"lmdb:{tmp_path_factory.mktemp('shared') / 'store.lmdb'}"
+    elif request.param == "sqlite":
         store = str(tmp_path_factory.mktemp("shared") / "store.sqlite3")
     else:
         store = request.getfixturevalue("redis_url")

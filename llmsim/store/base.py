@@ -114,7 +114,7 @@ class Conversation:
 
 
 class Store(Protocol):
-    """The backend interface (`llmsim.store.sqlite`, `llmsim.store.redis`)."""
+    """The backend interface (`llmsim.store.lmdb`, `llmsim.store.sqlite`, `llmsim.store.redis`)."""
 
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         """Create (or replace) a response with its first SSE frames."""
