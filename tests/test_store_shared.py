@@ -3,6 +3,7 @@ LMDB store, two on one SQLite file, two on one Redis (a `redis-server` this modu
 one port. What one process stores, the other retrieves, continues and cancels."""
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -149,3 +150,15 @@ def test_workers_on_one_port_share_the_embedded_store(live_server_factory):
         with httpx.Client() as fresh:
             statuses.add(fresh.get(f"{server.base}/responses/{created.id}").status_code)
     assert statuses == {200}
+
+
+async def test_flushing_a_redis_store_waits_for_its_batched_writes(redis_url):
+    from llmsim.store import Bounds, StoredResponse
+    from llmsim.store.redis import RedisStore
+    store = RedisStore(redis_url, Bounds(100, None))
+    writes = [asyncio.ensure_future(store.put_response(StoredResponse(f"resp_flush_{n}", {"status": "completed"})))
+              for n in range(20)]
+    await asyncio.sleep(0)                  # the first goes alone, the rest queue behind it
+    await store.flush()
+    assert all(write.done() for write in writes)
+    await store.close()

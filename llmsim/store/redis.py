@@ -163,20 +163,21 @@ class RedisStore:
         self._events = register(EVENTS)
         self._queued: list[tuple] = []                 # (script, args, future) not sent yet
         self._sender: asyncio.Task | None = None       # sends the queue, batch by batch
-        self._direct = False                           # a write is on its way alone
+        self._direct: asyncio.Future | None = None     # done when the write on its way alone is
 
     # ---- batched writes --------------------------------------------------------------
     async def _batched(self, script, args: list):
         """Run `script`: at once when no write is on its way, else in the next pipeline."""
-        if self._direct or self._sender is not None:
+        if self._direct is not None or self._sender is not None:
             future = asyncio.get_running_loop().create_future()
             self._queued.append((script, args, future))
             return await future
-        self._direct = True
+        self._direct = asyncio.get_running_loop().create_future()
         try:
             return await script(args=args)
         finally:
-            self._direct = False
+            self._direct.set_result(None)
+            self._direct = None
             if self._queued and self._sender is None:
                 self._sender = asyncio.get_running_loop().create_task(self._send())
 
@@ -204,8 +205,8 @@ class RedisStore:
             self._sender = None
 
     async def flush(self) -> None:
-        while self._sender is not None:
-            await asyncio.shield(self._sender)
+        while (pending := self._direct or self._sender) is not None:
+            await asyncio.shield(pending)
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
@@ -283,9 +284,6 @@ class RedisStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
         return bool(await self._delete_item(args=[conversation_id, item_id]))
-
-    async def flush(self) -> None:
-        pass
 
     async def close(self) -> None:
         await self.flush()
