@@ -43,6 +43,17 @@ async def test_the_oldest_responses_go_beyond_max_entries_with_their_frames(path
     await store.close()
 
 
+async def test_an_evicted_response_takes_the_frames_appended_to_it(path):
+    store = LmdbStore(path, Bounds(1, None))
+    await store.put_response(record(1, "in_progress"), frames("created"))
+    await store.append_events("resp_1", frames("delta"))
+    await store.append_events("resp_1", frames("done"), {"id": "resp_1", "status": "completed"})
+    await store.put_response(record(2))
+    with store._read() as txn:
+        assert txn.stat(store.db["frames"])["entries"] == 0
+    await store.close()
+
+
 async def test_an_evicted_conversation_takes_its_items(path):
     store = LmdbStore(path, Bounds(1, None))
     await store.put_conversation(Conversation("conv_1", 1, {}))

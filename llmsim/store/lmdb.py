@@ -111,12 +111,15 @@ class LmdbStore:
         if order_key is not None:
             txn.delete(order_key, db=self.db["order"])
         if kind == "responses":
-            found = txn.delete(entry_id.encode(), db=self.db["responses"])
-            self._delete_prefix(txn, "frames", _key(entry_id, b""))
-        else:
-            found = txn.delete(entry_id.encode(), db=self.db["conversations"])
-            self._delete_prefix(txn, "items", _key(entry_id, b""))
-            self._delete_prefix(txn, "item_ids", _key(entry_id, b""))
+            value = txn.pop(entry_id.encode(), db=self.db["responses"])
+            events = 0 if value is None else RESPONSE.unpack_from(value)[2]
+            first = txn.pop(_key(entry_id, SEQ.pack(0)), db=self.db["frames"]) if events else None
+            if events and (first is None or COUNT.unpack_from(first)[0] < events):   # appended later
+                self._delete_prefix(txn, "frames", _key(entry_id, b""))
+            return value is not None
+        found = txn.delete(entry_id.encode(), db=self.db["conversations"])
+        self._delete_prefix(txn, "items", _key(entry_id, b""))
+        self._delete_prefix(txn, "item_ids", _key(entry_id, b""))
         return found
 
     def _delete_prefix(self, txn, table: str, prefix: bytes) -> None:
