@@ -3,6 +3,10 @@ once; the oldest entries go beyond `max_entries`, with what hangs off them; expi
 read as missing and are swept; appends are conditional; replays span appends."""
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
+import os
+
 import pytest
 
 import llmsim.store.lmdb as lmdb_store
@@ -16,6 +20,10 @@ def record(n: int, status: str = "completed") -> StoredResponse:
 
 def frames(*names: str) -> list[bytes]:
     return [b'event: %s\ndata: {"type":"%s"}\n\n' % (name.encode(), name.encode()) for name in names]
+
+
+def rows(store: LmdbStore, table: str) -> int:
+    return store._transact(lambda txn: txn.stat(store.db[table])["entries"])
 
 
 @pytest.fixture
@@ -38,8 +46,7 @@ async def test_the_oldest_responses_go_beyond_max_entries_with_their_frames(path
         await store.put_response(record(n), frames("a"))
     assert [await store.get_response(f"resp_{n}") is None for n in range(6)] == [True] * 3 + [False] * 3
     assert await store.events("resp_1", -1) == ([], None)
-    with store._read() as txn:
-        assert sum(1 for _ in txn.cursor(db=store.db["frames"])) == 3
+    assert rows(store, "frames") == 3
     await store.close()
 
 
@@ -49,8 +56,7 @@ async def test_an_evicted_response_takes_the_frames_appended_to_it(path):
     await store.append_events("resp_1", frames("delta"))
     await store.append_events("resp_1", frames("done"), {"id": "resp_1", "status": "completed"})
     await store.put_response(record(2))
-    with store._read() as txn:
-        assert txn.stat(store.db["frames"])["entries"] == 0
+    assert rows(store, "frames") == 0
     await store.close()
 
 
@@ -61,8 +67,7 @@ async def test_an_evicted_conversation_takes_its_items(path):
     await store.put_conversation(Conversation("conv_2", 2, {}))
     assert await store.get_conversation("conv_1") is None
     assert await store.conversation_items("conv_1") is None
-    with store._read() as txn:
-        assert txn.stat(store.db["items"])["entries"] == 0
+    assert rows(store, "items") == 0
     await store.close()
 
 
@@ -76,8 +81,7 @@ async def test_expired_entries_read_as_missing_and_are_swept(path, monkeypatch):
     assert await store.get_response("resp_1") is None
     for n in range(2, 5):                       # the fourth write sweeps
         await store.put_response(record(n))
-    with store._read() as txn:
-        assert txn.get(b"resp_1", db=store.db["responses"]) is None
+    assert rows(store, "responses") == 3        # resp_1's row is gone, not just unreadable
     assert await store.get_response("resp_4") is not None
     await store.close()
 
@@ -115,6 +119,44 @@ async def test_items_are_kept_in_order_and_deleted_by_id(path):
     await store.put_conversation(Conversation("conv_1", 1, {"k": "w"}))         # metadata only
     assert len(await store.conversation_items("conv_1")) == 11
     assert (await store.get_conversation("conv_1")).metadata == {"k": "w"}
+    await store.close()
+
+
+def big_frames(n: int) -> list[bytes]:
+    return [b'event: e\ndata: {"n":%d,"pad":"%s"}\n\n' % (n, os.urandom(20000).hex().encode())]
+
+
+async def test_the_map_grows_when_a_write_fills_it(path, monkeypatch):
+    monkeypatch.setattr(lmdb_store, "MAP_SIZE", 1 << 20)
+    store = LmdbStore(path, Bounds(100, None))
+    written = [big_frames(n) for n in range(40)]          # ~1.6 MB that LZ4 cannot shrink
+    for n, frames in enumerate(written):
+        await store.put_response(record(n), frames)
+    assert [(await store.events(f"resp_{n}", -1))[0] for n in (0, 39)] == [written[0], written[39]]
+    await store.close()
+
+
+def fill(path: str, count: int) -> None:
+    """In another process: `count` big responses (the map grows past what we opened with)."""
+    async def main():
+        store = LmdbStore(path, Bounds(100, None))
+        for n in range(count):
+            await store.put_response(record(n), big_frames(n))
+        await store.close()
+    asyncio.run(main())
+
+
+async def test_a_process_follows_the_map_another_process_grew(path, monkeypatch):
+    monkeypatch.setattr(lmdb_store, "MAP_SIZE", 1 << 20)
+    store = LmdbStore(path, Bounds(100, None))
+    await store.put_response(record(100))
+    child = multiprocessing.get_context("spawn").Process(target=fill, args=(path, 40))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert len((await store.events("resp_39", -1))[0]) == 1
+    await store.put_response(record(101), big_frames(101))
+    assert await store.get_response("resp_101") is not None
     await store.close()
 
 

@@ -18,14 +18,16 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
 - `order`: kind byte + n -> id, the creation order that eviction walks from the oldest.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
-entries of each kind are looked at and the expired ones deleted.
+entries of each kind are looked at and the expired ones deleted. The map (and the file, which
+is sparse) starts at `MAP_SIZE` and doubles whenever a write fills it; the other processes
+adopt the new size on their next transaction.
 """
 from __future__ import annotations
 
 import struct
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import lmdb
 import lz4.frame
@@ -35,7 +37,7 @@ from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, blob_of
 
-MAP_SIZE = 8 << 30           # address space reserved for the file (it grows only as used)
+MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
 RESPONSE = struct.Struct("<dQIBI")      # expires, n, events, len(status), len(response)
 CONVERSATION = struct.Struct("<dQQ")    # expires, n, next item position
@@ -43,6 +45,10 @@ POSITION = struct.Struct(">Q")
 SEQ = struct.Struct(">I")
 COUNT = struct.Struct("<I")
 KINDS = {"responses": b"r", "conversations": b"c"}
+
+
+def _order_key(kind: str, n: int) -> bytes:
+    return KINDS[kind] + POSITION.pack(n)
 
 
 def _key(*parts: str | bytes) -> bytes:
@@ -79,11 +85,36 @@ class LmdbStore:
             self._env, self.db = _open_env(self.path)
         return self._env
 
-    def _write(self):
-        return self._open().begin(write=True)
+    def _transact(self, body: Callable, write: bool = False) -> Any:
+        """`body(txn)` in one transaction (committed when it returns, for a write). The map
+        starts small and doubles when a write fills it; another process's growth is adopted."""
+        env = self._open()
+        while True:
+            try:
+                with env.begin(write=write) as txn:
+                    result = body(txn)
+                break
+            except lmdb.MapFullError:
+                env.set_mapsize(env.info()["map_size"] * 2)
+            except lmdb.MapResizedError:
+                env.set_mapsize(0)
+        if write:
+            self._writes += 1
+            if self._writes % SWEEP_EVERY == 0:
+                self._transact(self._sweep, write=True)
+        return result
 
-    def _read(self):
-        return self._open().begin()
+    def _rows(self, txn, table: str, entry_id: str) -> list[tuple[bytes, bytes]]:
+        """(key after the id, value) of `table`'s rows under an entry, in key order."""
+        prefix = _key(entry_id, b"")
+        rows = []
+        cursor = txn.cursor(db=self.db[table])
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                rows.append((key[len(prefix):], value))
+        return rows
 
     def _next_n(self, txn, kind: str) -> int:
         key = KINDS[kind]
@@ -129,27 +160,21 @@ class LmdbStore:
                 if not cursor.delete():
                     break
 
-    def _wrote(self) -> None:
-        self._writes += 1
-        if self._writes % SWEEP_EVERY == 0:
-            self._sweep()
-
-    def _sweep(self) -> None:
-        """Delete expired entries among the oldest of each kind."""
+    def _sweep(self, txn) -> None:
+        """Delete expired entries among the oldest `SWEEP_EVERY` of each kind."""
         now = time.time()
-        with self._write() as txn:
-            for kind, prefix in KINDS.items():
-                cursor = txn.cursor(db=self.db["order"])
-                expired = []
-                if cursor.set_range(prefix):
-                    for looked, (key, value) in enumerate(cursor):
-                        if not key.startswith(prefix) or looked >= SWEEP_EVERY:
-                            break
-                        raw = txn.get(value, db=self.db[kind])
-                        if raw is None or struct.unpack_from("<d", raw)[0] <= now:
-                            expired.append((key, value.decode()))
-                for key, entry_id in expired:
-                    self._drop(txn, kind, entry_id, order_key=key)
+        for kind, prefix in KINDS.items():
+            cursor = txn.cursor(db=self.db["order"])
+            expired = []
+            if cursor.set_range(prefix):
+                for looked, (key, value) in enumerate(cursor):
+                    if not key.startswith(prefix) or looked >= SWEEP_EVERY:
+                        break
+                    raw = txn.get(value, db=self.db[kind])
+                    if raw is None or struct.unpack_from("<d", raw)[0] <= now:
+                        expired.append((key, value.decode()))
+            for key, entry_id in expired:
+                self._drop(txn, kind, entry_id, order_key=key)
 
     def _live_response(self, txn, response_id: str):
         raw = txn.get(response_id.encode(), db=self.db["responses"])
@@ -167,41 +192,42 @@ class LmdbStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        response, meta = dumps(record.response), record.meta_json()
+        key, response, meta = record.id.encode(), dumps(record.response), record.meta_json()
         blob = lz4.frame.compress(blob_of(frames)) if frames else b""
-        with self._write() as txn:
-            old = txn.get(record.id.encode(), db=self.db["responses"])
+
+        def put(txn) -> None:
+            old = txn.get(key, db=self.db["responses"])
             if old is not None:
-                self._drop(txn, "responses", record.id, KINDS["responses"] + POSITION.pack(RESPONSE.unpack_from(old)[1]))
+                self._drop(txn, "responses", record.id, _order_key("responses", RESPONSE.unpack_from(old)[1]))
             n = self._next_n(txn, "responses")
-            txn.put(record.id.encode(), _response_value(self.bounds.expires(time.time()), n, len(frames),
-                                                        record.status, response, meta), db=self.db["responses"])
+            txn.put(key, _response_value(self.bounds.expires(time.time()), n, len(frames), record.status,
+                                         response, meta), db=self.db["responses"])
             if blob:
                 txn.put(_key(record.id, SEQ.pack(0)), COUNT.pack(len(frames)) + blob, db=self.db["frames"])
             self._created(txn, "responses", n, record.id)
-        self._wrote()
+        self._transact(put, write=True)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
-        with self._read() as txn:
-            fields = self._live_response(txn, response_id)
+        fields = self._transact(lambda txn: self._live_response(txn, response_id))
         if fields is None:
             return None
         _, _, events, _, response, meta = fields
         return StoredResponse.from_json(response_id, response, meta, events)
 
     async def delete_response(self, response_id: str) -> bool:
-        with self._write() as txn:
+        def delete(txn) -> bool:
             fields = self._live_response(txn, response_id)
-            if fields is None:
-                return False
-            self._drop(txn, "responses", response_id, KINDS["responses"] + POSITION.pack(fields[1]))
-        return True
+            if fields is not None:
+                self._drop(txn, "responses", response_id, _order_key("responses", fields[1]))
+            return fields is not None
+        return self._transact(delete, write=True)
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
         blob = lz4.frame.compress(blob_of(frames)) if frames else b""
         new_response = dumps(snapshot) if snapshot is not None else None
-        with self._write() as txn:
+
+        def append(txn) -> bool:
             fields = self._live_response(txn, response_id)
             if fields is None:
                 return False
@@ -214,67 +240,62 @@ class LmdbStore:
                 status, response = snapshot.get("status"), new_response
             txn.put(response_id.encode(), _response_value(self.bounds.expires(time.time()), n, count + len(frames),
                                                           status, response, meta), db=self.db["responses"])
-        self._wrote()
-        return True
+            return True
+        return self._transact(append, write=True)
 
     async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
-        with self._read() as txn:
+        def read(txn):
             fields = self._live_response(txn, response_id)
-            if fields is None:
-                return [], None
-            prefix = _key(response_id, b"")
-            rows = []
-            cursor = txn.cursor(db=self.db["frames"])
-            if cursor.set_range(prefix):
-                for key, value in cursor:
-                    if not key.startswith(prefix):
-                        break
-                    rows.append((SEQ.unpack(key[len(prefix):])[0], value))
+            return None if fields is None else (fields[3], self._rows(txn, "frames", response_id))
+        found = self._transact(read)
+        if found is None:
+            return [], None
+        status, rows = found
         frames: list[bytes] = []
-        for first_seq, value in rows:
-            count = COUNT.unpack_from(value)[0]
+        for key, value in rows:
+            first_seq, count = SEQ.unpack(key)[0], COUNT.unpack_from(value)[0]
             if first_seq + count - 1 <= after:
                 continue
             split = lz4.frame.decompress(value[COUNT.size:]).split(b"\n\n")[:-1]
             frames += [f + b"\n\n" for f in split][max(0, after + 1 - first_seq):]
-        return frames, fields[3]
+        return frames, status
 
     # ---- conversations ---------------------------------------------------------------
     async def put_conversation(self, conversation: Conversation) -> None:
-        record = conversation.to_json()
-        key = conversation.id.encode()
-        with self._write() as txn:
+        record, key = conversation.to_json(), conversation.id.encode()
+
+        def put(txn) -> None:
             expires = self.bounds.expires(time.time())
             live = self._live_conversation(txn, conversation.id)
             if live is not None:
                 n, next_pos, _ = live
                 txn.put(key, CONVERSATION.pack(expires, n, next_pos) + record, db=self.db["conversations"])
-            else:
-                old = txn.get(key, db=self.db["conversations"])
-                if old is not None:     # expired: it goes, items and all
-                    self._drop(txn, "conversations", conversation.id,
-                               KINDS["conversations"] + POSITION.pack(CONVERSATION.unpack_from(old)[1]))
-                n = self._next_n(txn, "conversations")
-                txn.put(key, CONVERSATION.pack(expires, n, 0) + record, db=self.db["conversations"])
-                self._created(txn, "conversations", n, conversation.id)
-        self._wrote()
+                return
+            old = txn.get(key, db=self.db["conversations"])
+            if old is not None:     # expired: it goes, items and all
+                self._drop(txn, "conversations", conversation.id,
+                           _order_key("conversations", CONVERSATION.unpack_from(old)[1]))
+            n = self._next_n(txn, "conversations")
+            txn.put(key, CONVERSATION.pack(expires, n, 0) + record, db=self.db["conversations"])
+            self._created(txn, "conversations", n, conversation.id)
+        self._transact(put, write=True)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
-        with self._read() as txn:
-            live = self._live_conversation(txn, conversation_id)
+        live = self._transact(lambda txn: self._live_conversation(txn, conversation_id))
         return None if live is None else Conversation.from_json(conversation_id, live[2])
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        with self._write() as txn:
+        def delete(txn) -> bool:
             live = self._live_conversation(txn, conversation_id)
-            if live is None:
-                return False
-            self._drop(txn, "conversations", conversation_id, KINDS["conversations"] + POSITION.pack(live[0]))
-        return True
+            if live is not None:
+                self._drop(txn, "conversations", conversation_id, _order_key("conversations", live[0]))
+            return live is not None
+        return self._transact(delete, write=True)
 
     async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
         rows = [(item.get("id"), dumps(item)) for item in items]
-        with self._write() as txn:
+
+        def add(txn) -> bool:
             live = self._live_conversation(txn, conversation_id)
             if live is None:
                 return False
@@ -286,40 +307,35 @@ class LmdbStore:
                 position += 1
             txn.put(conversation_id.encode(), CONVERSATION.pack(self.bounds.expires(time.time()), n, position)
                     + record, db=self.db["conversations"])
-        self._wrote()
-        return True
+            return True
+        return self._transact(add, write=True)
 
     async def conversation_items(self, conversation_id: str) -> list[dict] | None:
-        with self._read() as txn:
+        def read(txn):
             if self._live_conversation(txn, conversation_id) is None:
                 return None
-            prefix = _key(conversation_id, b"")
-            raw = []
-            cursor = txn.cursor(db=self.db["items"])
-            if cursor.set_range(prefix):
-                for key, value in cursor:
-                    if not key.startswith(prefix):
-                        break
-                    raw.append(value)
-        return [orjson.loads(value) for value in raw]
+            return self._rows(txn, "items", conversation_id)
+        rows = self._transact(read)
+        return None if rows is None else [orjson.loads(value) for _, value in rows]
 
     async def get_item(self, conversation_id: str, item_id: str) -> dict | None:
-        with self._read() as txn:
+        def read(txn):
             if self._live_conversation(txn, conversation_id) is None:
                 return None
             position = txn.get(_key(conversation_id, item_id), db=self.db["item_ids"])
-            raw = None if position is None else txn.get(_key(conversation_id, position), db=self.db["items"])
+            return None if position is None else txn.get(_key(conversation_id, position), db=self.db["items"])
+        raw = self._transact(read)
         return None if raw is None else orjson.loads(raw)
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
-        with self._write() as txn:
+        def delete(txn) -> bool:
             if self._live_conversation(txn, conversation_id) is None:
                 return False
             position = txn.pop(_key(conversation_id, item_id), db=self.db["item_ids"])
-            if position is None:
-                return False
-            txn.delete(_key(conversation_id, position), db=self.db["items"])
-        return True
+            if position is not None:
+                txn.delete(_key(conversation_id, position), db=self.db["items"])
+            return position is not None
+        return self._transact(delete, write=True)
 
     async def flush(self) -> None:
         """Every call is done when it returns."""
