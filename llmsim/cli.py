@@ -104,8 +104,27 @@ def serve(settings: Settings) -> int:
         else:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
-            uvicorn.run("llmsim.cli:worker_app", factory=True, workers=settings.workers, **options)
+            run_workers(uvicorn.Config("llmsim.cli:worker_app", factory=True, workers=settings.workers,
+                                       **options))
     return 0
+
+
+def run_workers(config) -> None:
+    """uvicorn's process manager, each worker on its own SO_REUSEPORT socket where the
+    platform has it (llmsim.listening): the kernel spreads connections over the workers."""
+    from uvicorn.supervisors import Multiprocess
+
+    from llmsim import listening
+    if listening.reuse_port_supported():
+        sock = listening.worker_socket(config.host, config.port)
+    else:                                   # pragma: no cover - Windows: one shared socket
+        sock = config.bind_socket()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
 
 
 def check_in_child(settings: Settings) -> None:

@@ -5,6 +5,8 @@ stats is exactly the traffic a test sent.
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
 import httpx
@@ -246,6 +248,32 @@ def test_counts_are_merged_across_workers(live_server_factory):
             break
         time.sleep(0.05)
     assert all(line in metrics for line in expected)
+
+
+async def test_connections_opened_at_once_are_spread_over_the_workers(live_server_factory, tmp_path):
+    """Each worker listens on its own socket: a burst of 40 streams does not all land on the
+    worker that woke first (they did, 39-40 of 40, with one shared socket)."""
+    server = live_server_factory("--ttft-ms", "3000", "--workers", "2", "--stats-dir", str(tmp_path))
+    body = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.glob("*.json"))) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)    # both workers are up (each writes a snapshot)
+    await asyncio.sleep(0.3)        # and listening
+    connections = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", server.port) for _ in range(40)))
+    for _, writer in connections:
+        writer.write(request)
+    deadline = time.monotonic() + 10
+    while True:                     # each worker writes its snapshot every 0.25 s
+        await asyncio.sleep(0.1)
+        streams = [json.loads(path.read_text())["active_streams"] for path in tmp_path.glob("*.json")]
+        if sum(streams) == 40 or time.monotonic() > deadline:
+            break
+    for _, writer in connections:
+        writer.close()
+    assert len(streams) == 2 and sum(streams) == 40
+    assert min(streams) >= 5
 
 
 def test_percentiles_track_the_values_observed():
