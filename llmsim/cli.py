@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
     serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
+    serve.add_argument("--reuse-port", action="store_true", default=None,
+                       help="with --workers: each worker listens on its own SO_REUSEPORT socket, so "
+                       "the kernel spreads bursts of connections evenly over them")
     return p
 
 
@@ -105,19 +108,23 @@ def serve(settings: Settings) -> int:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
             run_workers(uvicorn.Config("llmsim.cli:worker_app", factory=True, workers=settings.workers,
-                                       **options))
+                                       **options), settings.reuse_port)
     return 0
 
 
-def run_workers(config) -> None:
-    """uvicorn's process manager, each worker on its own SO_REUSEPORT socket where the
-    platform has it (llmsim.listening): the kernel spreads connections over the workers."""
+def run_workers(config, reuse_port: bool) -> None:
+    """uvicorn's process manager. By default the workers share one listening socket, and
+    whichever wakes first accepts every connection waiting (uvicorn's behaviour: a burst of
+    100 streams lands on one worker). With `reuse_port`, each worker listens on its own
+    SO_REUSEPORT socket (llmsim.listening) and the kernel spreads connections evenly: better
+    when each worker has a core to itself; measured worse on 2 cores shared with the client
+    (the idle worker's core was the client's)."""
     from uvicorn.supervisors import Multiprocess
 
     from llmsim import listening
-    if listening.reuse_port_supported():
+    if reuse_port and listening.reuse_port_supported():
         sock = listening.worker_socket(config.host, config.port)
-    else:                                   # pragma: no cover - Windows: one shared socket
+    else:
         sock = config.bind_socket()
     try:
         Multiprocess(config, sockets=[sock]).run()
