@@ -188,7 +188,18 @@ class LmdbStore:
         if raw is None:
             return None
         expires, n, next_pos = CONVERSATION.unpack_from(raw)
-        return (n, next_pos, raw[CONVERSATION.size:]) if expires > time.time() else None
+        return (expires, n, next_pos, raw[CONVERSATION.size:]) if expires > time.time() else None
+
+    def _delete(self, kind: str, entry_id: str) -> bool:
+        """Delete an entry that has not expired (and what hangs off it); whether there was one."""
+        live = self._live_response if kind == "responses" else self._live_conversation
+
+        def delete(txn) -> bool:
+            found = live(txn, entry_id)       # (expires, n, ...)
+            if found is not None:
+                self._drop(txn, kind, entry_id, _order_key(kind, found[1]))
+            return found is not None
+        return self._transact(delete, write=True)
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
@@ -215,12 +226,7 @@ class LmdbStore:
         return StoredResponse.from_json(response_id, response, meta, events)
 
     async def delete_response(self, response_id: str) -> bool:
-        def delete(txn) -> bool:
-            fields = self._live_response(txn, response_id)
-            if fields is not None:
-                self._drop(txn, "responses", response_id, _order_key("responses", fields[1]))
-            return fields is not None
-        return self._transact(delete, write=True)
+        return self._delete("responses", response_id)
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
@@ -268,7 +274,7 @@ class LmdbStore:
             expires = self.bounds.expires(time.time())
             live = self._live_conversation(txn, conversation.id)
             if live is not None:
-                n, next_pos, _ = live
+                _, n, next_pos, _ = live
                 txn.put(key, CONVERSATION.pack(expires, n, next_pos) + record, db=self.db["conversations"])
                 return
             old = txn.get(key, db=self.db["conversations"])
@@ -282,15 +288,10 @@ class LmdbStore:
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         live = self._transact(lambda txn: self._live_conversation(txn, conversation_id))
-        return None if live is None else Conversation.from_json(conversation_id, live[2])
+        return None if live is None else Conversation.from_json(conversation_id, live[3])
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        def delete(txn) -> bool:
-            live = self._live_conversation(txn, conversation_id)
-            if live is not None:
-                self._drop(txn, "conversations", conversation_id, _order_key("conversations", live[0]))
-            return live is not None
-        return self._transact(delete, write=True)
+        return self._delete("conversations", conversation_id)
 
     async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
         rows = [(item.get("id"), dumps(item)) for item in items]
@@ -299,7 +300,7 @@ class LmdbStore:
             live = self._live_conversation(txn, conversation_id)
             if live is None:
                 return False
-            n, position, record = live
+            _, n, position, record = live
             for item_id, raw in rows:
                 txn.put(_key(conversation_id, POSITION.pack(position)), raw, db=self.db["items"])
                 if item_id is not None:
