@@ -46,13 +46,13 @@ class FakeClock(Clock):
     """A clock that only moves when something sleeps on it."""
     realtime = False
 
-    def began(self, received_at: float | None) -> float:
-        return self.now()      # a real-time stamp means nothing here
-
     def __init__(self, start: float = 0.0, wall: float = 1_700_000_000.0):
         self.t = start
         self._wall = wall
         self.sleeps: list[float] = []
+
+    def began(self, received_at: float | None) -> float:
+        return self.now()      # a real-time stamp means nothing here
 
     def now(self) -> float:
         return self.t

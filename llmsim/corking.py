@@ -16,6 +16,8 @@ import time
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from llmsim.fastpath import RECEIVED_AT
+
 
 class Flusher:
     """The corked transports of one event loop with something to send; one callback a loop
@@ -95,9 +97,6 @@ class CorkedTransport:
 
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
-
-
-RECEIVED_AT = "llmsim.received_at"     # scope["extensions"]: when the request's first bytes were parsed
 
 
 class CorkedHttpToolsProtocol(HttpToolsProtocol):

@@ -23,7 +23,6 @@ from connexion.json_schema import resolve_refs
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmsim.corking import RECEIVED_AT
 from llmsim.errors import APIError, InvalidRequestError, ServerError, UnsupportedMediaTypeError
 from llmsim.validation import check, check_depth, compile_schema, parse_json
 
@@ -149,6 +148,10 @@ class RequestHeaders(Headers):
             if name == wanted:
                 return value.decode("latin-1")
         return default
+
+
+RECEIVED_AT = "llmsim.received_at"   # scope["extensions"] key: when the server read the request
+                                      # (stamped by llmsim.corking's protocol)
 
 
 def received_at() -> float | None:
