@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import lz4.frame
 import orjson
 
 from llmsim.jsonbytes import dumps
@@ -58,6 +59,22 @@ class Frames(Sequence):
 
 def blob_of(frames: Sequence[bytes]) -> bytes:
     return frames.blob if isinstance(frames, Frames) else b"".join(frames)
+
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"    # how an LZ4 frame starts; SSE frames never do
+
+
+def pack(frames: Sequence[bytes]) -> bytes:
+    """Frames as kept by the file stores: one LZ4-compressed blob (a 32-token Responses
+    stream's 12 KB, mostly repeated keys, takes 1.7 KB for ~3 µs; zlib: 16-57 µs)."""
+    return lz4.frame.compress(blob_of(frames)) if frames else b""
+
+
+def frames_after(blob: bytes, first_seq: int, after: int) -> list[bytes]:
+    """The frames of a packed blob (sequence numbers first_seq..) numbered above `after`.
+    A blob not starting like LZ4 holds raw frames (SQLite files from before compression)."""
+    raw = lz4.frame.decompress(blob) if blob.startswith(LZ4_MAGIC) else blob
+    return [frame + b"\n\n" for frame in raw.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
 
 
 @dataclass(slots=True)

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import lmdb
-import lz4.frame
 import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, blob_of
+from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
@@ -204,7 +203,7 @@ class LmdbStore:
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         key, response, meta = record.id.encode(), dumps(record.response), record.meta_json()
-        blob = lz4.frame.compress(blob_of(frames)) if frames else b""
+        blob = pack(frames)
 
         def put(txn) -> None:
             old = txn.get(key, db=self.db["responses"])
@@ -230,7 +229,7 @@ class LmdbStore:
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
-        blob = lz4.frame.compress(blob_of(frames)) if frames else b""
+        blob = pack(frames)
         new_response = dumps(snapshot) if snapshot is not None else None
 
         def append(txn) -> bool:
@@ -260,10 +259,8 @@ class LmdbStore:
         frames: list[bytes] = []
         for key, value in rows:
             first_seq, count = SEQ.unpack(key)[0], COUNT.unpack_from(value)[0]
-            if first_seq + count - 1 <= after:
-                continue
-            split = lz4.frame.decompress(value[COUNT.size:]).split(b"\n\n")[:-1]
-            frames += [f + b"\n\n" for f in split][max(0, after + 1 - first_seq):]
+            if first_seq + count - 1 > after:
+                frames += frames_after(value[COUNT.size:], first_seq, after)
         return frames, status
 
     # ---- conversations ---------------------------------------------------------------

@@ -17,8 +17,7 @@ batch of creations). Expired rows read as missing at once and are deleted every
 `MAINTAIN_EVERY` commits (with the WAL checkpoint: no index on expiry to update per write).
 
 SSE frames are kept as blobs of whole frames (a frame ends with a blank line and never
-contains one), LZ4-compressed: a 32-token Responses stream's 12 KB of frames, mostly
-repeated keys, takes 1.7 KB for ~3 µs (zlib: 1.3 KB for 16-57 µs). The frames a response is created with live in
+contains one), LZ4-compressed (`store.base.pack`). The frames a response is created with live in
 its own row (`responses.frames`), so storing a whole stream writes one row; frames appended
 later (a background response) go to `chunks`, one row per write holding sequence numbers
 first_seq.. . Pages written and freed per response are most of what storing costs: a second
@@ -36,12 +35,11 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import lz4.frame
 import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, blob_of
+from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 log = logging.getLogger("llmsim")
 MAX_BATCH = 256        # calls in one transaction of the thread
@@ -49,18 +47,8 @@ MAINTAIN_EVERY = 200     # loop commits between two purges of expired rows + WAL
 READ, WRITE, CREATE, RAW = 0, 1, 2, 3   # CREATE: a write whose evictions may wait for the commit;
                                         # RAW: run outside any transaction (maintenance)
 SQLITE_BUSY = 5
-LZ4_MAGIC = b"\x04\x22\x4d\x18"    # how an LZ4 frame starts; SSE frames never do
 WAL_SIZE_LIMIT = 16 << 20  # bytes the WAL file is cut back to when it starts over
 BUSY_RETRY_S, BUSY_RETRIES = 0.001, 50   # another process's write burst: retry on the loop for ~50 ms
-
-
-def pack(frames: Sequence[bytes]) -> bytes:
-    return lz4.frame.compress(blob_of(frames))
-
-
-def unpack(blob: bytes) -> bytes:
-    """Frames from a blob (files written before frames were compressed hold them raw)."""
-    return lz4.frame.decompress(blob) if blob.startswith(LZ4_MAGIC) else blob
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -431,7 +419,7 @@ class SqliteStore:
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         """Queued: returns at once (every later call of this store sees it)."""
         row = (record.id, record.status, len(frames), dumps(record.response), record.meta_json())
-        blob = pack(frames) if frames else b""
+        blob = pack(frames)
         expires = self.bounds.expires
 
         def put(tx: Tx):
@@ -457,7 +445,7 @@ class SqliteStore:
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
-        blob = pack(frames) if frames else b""
+        blob = pack(frames)
         status, response = (snapshot.get("status"), dumps(snapshot)) if snapshot is not None else (None, None)
 
         def append(tx: Tx):
@@ -490,7 +478,7 @@ class SqliteStore:
                               "AND first_seq + count - 1 > ? ORDER BY first_seq", (row[0], after))
             frames = []
             for first_seq, blob in [(0, row[2]), *rows] if row[2] else rows:
-                frames += [f + b"\n\n" for f in unpack(blob).split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
+                frames += frames_after(blob, first_seq, after)
             return frames, row[1]
         return await self._run(read)
 
