@@ -351,8 +351,7 @@ _OPEN: dict[str, list] = {}   # real path -> [environment, tables, stores using 
 def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
     real = str(Path(path).resolve())
     if real not in _OPEN:
-        try:
-            Path(real).mkdir(parents=True, exist_ok=True)
+        try:                                  # (the store made the directory)
             env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=8, sync=False, metasync=False,
                             writemap=True, readahead=False, max_readers=512)
         except (OSError, lmdb.Error) as exc:
