@@ -10,6 +10,7 @@ import os
 import pytest
 
 import llmsim.store.lmdb as lmdb_store
+from llmsim.errors import ConfigError
 from llmsim.store import Bounds, Conversation, StoredResponse
 from llmsim.store.lmdb import LmdbStore
 
@@ -46,7 +47,8 @@ async def test_the_oldest_responses_go_beyond_max_entries_with_their_frames(path
         await store.put_response(record(n), frames("a"))
     assert [await store.get_response(f"resp_{n}") is None for n in range(6)] == [True] * 3 + [False] * 3
     assert await store.events("resp_1", -1) == ([], None)
-    assert rows(store, "frames") == 3
+    assert await store.events("resp_5", -1) == (frames("a"), "completed")
+    assert rows(store, "responses") == 3
     await store.close()
 
 
@@ -168,3 +170,12 @@ async def test_deleting_a_response_or_conversation_answers_whether_it_was_there(
     assert await store.delete_conversation("conv_1") and not await store.delete_conversation("conv_1")
     assert await store.events("resp_1", -1) == ([], None)
     await store.close()
+
+
+async def test_a_store_written_in_another_layout_is_refused_by_name(path):
+    store = LmdbStore(path, Bounds(10, None))
+    await store.put_response(record(1))
+    store._transact(lambda txn: txn.delete(b"format", db=store.db["meta"]), write=True)   # as format 1 left it
+    await store.close()
+    with pytest.raises(ConfigError, match="another llmsim version.*remove the directory"):
+        await LmdbStore(path, Bounds(10, None)).get_response("resp_1")

@@ -8,14 +8,16 @@ write is committed, and readable by every process, when its call returns, with n
 batching and no checkpoints. Readers never wait for writers.
 
 Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
-- `responses`: id -> HEAD (expires, creation number n, frame count), status, response JSON,
-  meta JSON;
-- `frames`: id NUL first_seq -> frame count, LZ4-compressed frames first_seq.. (the frames a
-  response is created with, then one row per append);
+- `responses`: id -> HEAD (expires, creation number n, frame count, how many of those frames
+  the value holds), status, response JSON, the frames it was created with (LZ4), meta JSON;
+- `frames`: id NUL first_seq -> frame count, LZ4-compressed frames first_seq.. (one row per
+  append: a response's first frames live in its own value, so keeping one writes one row);
 - `conversations`: id -> (expires, n, next item position), record JSON;
 - `items`: conversation id NUL position -> item JSON; `item_ids`: conversation id NUL item id
   -> position;
-- `order`: kind byte + n -> id, the creation order that eviction walks from the oldest.
+- `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
+  entry's n is one more than the newest's;
+- `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
 entries of each kind are looked at and the expired ones deleted. The map (and the file, which
@@ -27,7 +29,7 @@ from __future__ import annotations
 import struct
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import lmdb
 import orjson
@@ -38,7 +40,8 @@ from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, fram
 
 MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
-RESPONSE = struct.Struct("<dQIBI")      # expires, n, events, len(status), len(response)
+FORMAT = b"2"
+RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
 CONVERSATION = struct.Struct("<dQQ")    # expires, n, next item position
 POSITION = struct.Struct(">Q")
 SEQ = struct.Struct(">I")
@@ -54,17 +57,30 @@ def _key(*parts: str | bytes) -> bytes:
     return b"\0".join(p.encode() if isinstance(p, str) else p for p in parts)
 
 
-def _response_value(expires: float, n: int, events: int, status: str, response: bytes, meta: bytes) -> bytes:
-    status_b = status.encode()
-    return RESPONSE.pack(expires, n, events, len(status_b), len(response)) + status_b + response + meta
+class Row(NamedTuple):
+    """A `responses` value: `first` of its `events` frames are `frames` (packed); the rest are
+    rows of the `frames` table."""
+    expires: float
+    n: int
+    events: int
+    status: str
+    response: bytes
+    meta: bytes
+    first: int = 0
+    frames: bytes = b""
 
+    def value(self) -> bytes:
+        status = self.status.encode()
+        return RESPONSE.pack(self.expires, self.n, self.events, self.first, len(status), len(self.response),
+                             len(self.frames)) + status + self.response + self.frames + self.meta
 
-def _response_fields(value: bytes) -> tuple[float, int, int, str, bytes, bytes]:
-    expires, n, events, status_len, response_len = RESPONSE.unpack_from(value)
-    at = RESPONSE.size
-    status = value[at:at + status_len].decode()
-    at += status_len
-    return expires, n, events, status, value[at:at + response_len], value[at + response_len:]
+    @classmethod
+    def parse(cls, value: bytes) -> "Row":
+        expires, n, events, first, status_len, response_len, frames_len = RESPONSE.unpack_from(value)
+        at = RESPONSE.size + status_len
+        end = at + response_len
+        return cls(expires, n, events, value[RESPONSE.size:at].decode(), value[at:end],
+                   value[end + frames_len:], first, value[end:end + frames_len])
 
 
 class LmdbStore:
@@ -116,11 +132,11 @@ class LmdbStore:
         return rows
 
     def _next_n(self, txn, kind: str) -> int:
-        key = KINDS[kind]
-        raw = txn.get(key, db=self.db["seq"])
-        n = (POSITION.unpack(raw)[0] if raw else 0) + 1
-        txn.put(key, POSITION.pack(n), db=self.db["seq"])
-        return n
+        """One more than the newest entry's creation number (1 when there is none)."""
+        prefix = KINDS[kind]
+        cursor = txn.cursor(db=self.db["order"])
+        found = cursor.prev() if cursor.set_range(bytes([prefix[0] + 1])) else cursor.last()
+        return POSITION.unpack(cursor.key()[1:])[0] + 1 if found and cursor.key().startswith(prefix) else 1
 
     def _created(self, txn, kind: str, n: int, entry_id: str) -> None:
         """Record creation `n` and evict what falls beyond `max_entries`."""
@@ -142,10 +158,8 @@ class LmdbStore:
             txn.delete(order_key, db=self.db["order"])
         if kind == "responses":
             value = txn.pop(entry_id.encode(), db=self.db["responses"])
-            events = 0 if value is None else RESPONSE.unpack_from(value)[2]
-            first = txn.pop(_key(entry_id, SEQ.pack(0)), db=self.db["frames"]) if events else None
-            if events and (first is None or COUNT.unpack_from(first)[0] < events):   # appended later
-                self._delete_prefix(txn, "frames", _key(entry_id, b""))
+            if value is not None and RESPONSE.unpack_from(value)[2] > RESPONSE.unpack_from(value)[3]:
+                self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
             return value is not None
         found = txn.delete(entry_id.encode(), db=self.db["conversations"])
         self._delete_prefix(txn, "items", _key(entry_id, b""))
@@ -179,8 +193,8 @@ class LmdbStore:
         raw = txn.get(response_id.encode(), db=self.db["responses"])
         if raw is None:
             return None
-        fields = _response_fields(raw)
-        return fields if fields[0] > time.time() else None
+        row = Row.parse(raw)
+        return row if row.expires > time.time() else None
 
     def _live_conversation(self, txn, conversation_id: str):
         raw = txn.get(conversation_id.encode(), db=self.db["conversations"])
@@ -202,27 +216,26 @@ class LmdbStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        key, response, meta = record.id.encode(), dumps(record.response), record.meta_json()
-        blob = pack(frames)
+        key = record.id.encode()
+        row = Row(0.0, 0, len(frames), record.status, dumps(record.response), record.meta_json(),
+                  len(frames), pack(frames))
 
         def put(txn) -> None:
-            old = txn.get(key, db=self.db["responses"])
-            if old is not None:
-                self._drop(txn, "responses", record.id, _order_key("responses", RESPONSE.unpack_from(old)[1]))
+            responses = self.db["responses"]
             n = self._next_n(txn, "responses")
-            txn.put(key, _response_value(self.bounds.expires(time.time()), n, len(frames), record.status,
-                                         response, meta), db=self.db["responses"])
-            if blob:
-                txn.put(_key(record.id, SEQ.pack(0)), COUNT.pack(len(frames)) + blob, db=self.db["frames"])
+            value = row._replace(expires=self.bounds.expires(time.time()), n=n).value()
+            if not txn.put(key, value, overwrite=False, db=responses):      # replacing one
+                old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
+                self._drop(txn, "responses", record.id, _order_key("responses", old))
+                txn.put(key, value, db=responses)
             self._created(txn, "responses", n, record.id)
         self._transact(put, write=True)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
-        fields = self._transact(lambda txn: self._live_response(txn, response_id))
-        if fields is None:
+        row = self._transact(lambda txn: self._live_response(txn, response_id))
+        if row is None:
             return None
-        _, _, events, _, response, meta = fields
-        return StoredResponse.from_json(response_id, response, meta, events)
+        return StoredResponse.from_json(response_id, row.response, row.meta, row.events)
 
     async def delete_response(self, response_id: str) -> bool:
         return self._delete("responses", response_id)
@@ -233,35 +246,35 @@ class LmdbStore:
         new_response = dumps(snapshot) if snapshot is not None else None
 
         def append(txn) -> bool:
-            fields = self._live_response(txn, response_id)
-            if fields is None:
+            row = self._live_response(txn, response_id)
+            if row is None:
                 return False
-            _, n, count, status, response, meta = fields
-            if status not in ACTIVE or (expect_events is not None and count != expect_events):
+            if row.status not in ACTIVE or (expect_events is not None and row.events != expect_events):
                 return False
             if blob:
-                txn.put(_key(response_id, SEQ.pack(count)), COUNT.pack(len(frames)) + blob, db=self.db["frames"])
+                txn.put(_key(response_id, SEQ.pack(row.events)), COUNT.pack(len(frames)) + blob,
+                        db=self.db["frames"])
             if new_response is not None:
-                status, response = snapshot.get("status"), new_response
-            txn.put(response_id.encode(), _response_value(self.bounds.expires(time.time()), n, count + len(frames),
-                                                          status, response, meta), db=self.db["responses"])
+                row = row._replace(status=snapshot.get("status"), response=new_response)
+            row = row._replace(expires=self.bounds.expires(time.time()), events=row.events + len(frames))
+            txn.put(response_id.encode(), row.value(), db=self.db["responses"])
             return True
         return self._transact(append, write=True)
 
     async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
         def read(txn):
-            fields = self._live_response(txn, response_id)
-            return None if fields is None else (fields[3], self._rows(txn, "frames", response_id))
+            row = self._live_response(txn, response_id)
+            return None if row is None else (row, self._rows(txn, "frames", response_id))
         found = self._transact(read)
         if found is None:
             return [], None
-        status, rows = found
-        frames: list[bytes] = []
+        row, rows = found
+        frames = frames_after(row.frames, 0, after) if row.first - 1 > after else []
         for key, value in rows:
             first_seq, count = SEQ.unpack(key)[0], COUNT.unpack_from(value)[0]
             if first_seq + count - 1 > after:
                 frames += frames_after(value[COUNT.size:], first_seq, after)
-        return frames, status
+        return frames, row.status
 
     # ---- conversations ---------------------------------------------------------------
     async def put_conversation(self, conversation: Conversation) -> None:
@@ -357,11 +370,26 @@ def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
         except (OSError, lmdb.Error) as exc:
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
-                  ("responses", "frames", "conversations", "items", "item_ids", "order", "seq")}
+                  ("responses", "frames", "conversations", "items", "item_ids", "order", "meta")}
+        _check_format(env, tables, path)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]
     entry[2] += 1
     return entry[0], entry[1]
+
+
+def _check_format(env: lmdb.Environment, tables: dict, path: str) -> None:
+    """Mark a new store with FORMAT; refuse one written in another layout."""
+    with env.begin(write=True) as txn:
+        found = txn.get(b"format", db=tables["meta"])
+        if found is None and txn.stat(tables["responses"])["entries"] == 0:
+            txn.put(b"format", FORMAT, db=tables["meta"])
+            return
+    if found != FORMAT:
+        env.close()
+        raise ConfigError(f"store: {path!r} holds an LMDB store of another llmsim version (format "
+                          f"{(found or b'1').decode()}, this one reads {FORMAT.decode()}); remove the "
+                          "directory or name a new one with --store lmdb:DIR")
 
 
 def _release_env(path: str) -> None:
