@@ -17,8 +17,10 @@ Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event l
 the one before), ``{raw: TEXT}`` (a non-JSON data line such as ``[DONE]``),
 ``{for: "x in EXPR", steps: [...]}`` and ``{if: EXPR, steps: [...], else: [...]}``.
 
-Every compiled node is a plain closure ``f(ctx) -> value``; simple dotted names skip
-jinja entirely, so a streamed delta costs a few dict and attribute look-ups.
+Every compiled value is a plain closure ``f(ctx) -> value`` (simple dotted names skip jinja
+entirely), backing generated code that writes its JSON bytes (`jsoncodegen`); a stream's steps
+become one generated generator function (`stepcodegen`), so a streamed delta costs a few dict
+and attribute look-ups.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from llmsim.errors import ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.jsoncodegen import JsonCodegen
 from llmsim.jsonwriter import JsonCompiler
+from llmsim.stepcodegen import StepCodegen
 from llmsim.template_syntax import LOOP, ONE_NAME, bound_names, node_kind
 
 Node = Callable[[dict], Any]
@@ -112,6 +115,7 @@ class Compiler:
                        "const": lambda node, where: _Const(node)}
         self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
         self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
+        self.stepgen = StepCodegen(self, Event)
 
     def fast(self, node: Any, where: str) -> Node:
         """`node`'s value by generated code, backed by the closure."""
@@ -240,55 +244,8 @@ class Compiler:
         return lambda ctx: then(ctx) if test(ctx) else other(ctx)
 
     def steps(self, steps: list, where: str) -> Callable[[dict, list], Iterator[Event]]:
-        compiled = [self._step(step, f"{where}[{i}]") for i, step in enumerate(steps)]
-        if len(compiled) == 1:          # one generator less for every event under it
-            return compiled[0]
-
-        def run(ctx, clock):
-            for step in compiled:
-                yield from step(ctx, clock)
-        return run
-
-    def _step(self, step: dict, where: str):
-        if "for" in step:
-            var, source = self.loop(step["for"], f"{where}.for")
-            source = self.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
-                                                 f"{where}.for", fallback=source)
-            body = self.steps(step.get("steps", []), f"{where}.steps")
-            index = step.get("index")
-
-            def loop(ctx, clock):
-                for i, item in enumerate(source(ctx)):
-                    inner = {**ctx, var: item}
-                    if index:
-                        inner[index] = i
-                    yield from body(inner, clock)
-            return loop
-        if "if" in step:
-            test = self.fast(step["if"], f"{where}.if")
-            then = self.steps(step.get("steps", []), f"{where}.steps")
-            other = self.steps(step.get("else", []), f"{where}.else")
-            return lambda ctx, clock: (then if test(ctx) else other)(ctx, clock)
-        at = self.fast(step["at"], f"{where}.at") if "at" in step else None
-        name = step.get("event")
-        if "raw" in step:
-            text = step["raw"]
-
-            def emit_raw(ctx, clock):
-                if at is not None:
-                    clock[0] = at(ctx)
-                yield Event(name, text, clock[0], True)
-            return emit_raw
-        self.value(step.get("data"), f"{where}.data")          # checks the value, names errors
-        write = self.json_writer(step.get("data"), f"{where}.data")
-
-        def emit(ctx, clock):
-            if at is not None:
-                clock[0] = at(ctx)
-            ctx["seq"] = clock[1]
-            clock[1] += 1
-            yield Event(name, None, clock[0], False, write(ctx))
-        return emit
+        """A stream's steps as one generated generator function (llmsim.stepcodegen)."""
+        return self.stepgen.generator(steps, where)
 
 
 def _given(value, default):

@@ -2,6 +2,7 @@
 file and path; `--templates DIR` and `--spec FILE` change the wire without code."""
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -186,6 +187,24 @@ stream:
         (None, "[DONE]", 0.7),
     ]
     assert events[-1].raw
+
+
+def test_nested_loops_see_outer_variables_and_a_loop_variable_ends_with_its_loop(tmp_path):
+    t = compile_one(tmp_path, """
+stream:
+  - for: "row in rows"
+    index: r
+    steps:
+      - for: "cell in row"
+        steps: [{event: cell, data: {r: "{{ r }}", cell: "{{ cell }}", seq: "{{ seq }}"}}]
+  - {event: after, data: {row: "{{ row }}"}}
+""")
+    events = t.events(rows=[["a", "b"], [], ["c"]])
+    assert [(e.name, e.data) for e in itertools.islice(events, 3)] == [
+        ("cell", {"r": 0, "cell": "a", "seq": 0}), ("cell", {"r": 0, "cell": "b", "seq": 1}),
+        ("cell", {"r": 2, "cell": "c", "seq": 2})]
+    with pytest.raises(ConfigError, match="row"):
+        next(events)
 
 
 def test_undefined_variable_at_render_names_file_and_path(tmp_path):

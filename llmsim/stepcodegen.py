@@ -1,0 +1,91 @@
+"""A template's stream steps compiled to one generator function.
+
+Steps nest: a Responses stream loops over output items, picks the steps for the item's kind,
+and loops over the item's tokens to emit one delta each. Run as nested generators, every
+event would climb back through each level and copy the loop variables into a new dict. As
+one generated function they are plain Python loops, e.g. (roughly)
+
+    def _s0(ctx, clock):
+        _at, _seq = clock
+        ctx['seq'] = _seq
+        _seq += 1
+        yield Event('response.created', None, _at, False, _c0(ctx))
+        _x1 = {**ctx}
+        for _x1['item'] in _c1(ctx):
+            if _c2(_x1):
+                ...
+
+A loop's variables live in one dict per loop, made when the loop starts and updated for each
+item: every value an event needs (its JSON, its time) is computed before the event is yielded,
+so nothing keeps a context past its event. The expressions, tests and JSON writers called are
+the ones `templates.Compiler` checked and compiled (generated code backed by closures).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+from llmsim.template_syntax import LOOP
+
+
+class StepCodegen:
+    def __init__(self, compiler, event_class: type):
+        self.compiler = compiler
+        self.namespace: dict[str, Any] = {"Event": event_class}
+        self._ids = itertools.count()
+
+    def generator(self, steps: list, where: str) -> Callable[[dict, list], Iterator]:
+        """`steps` as a generator function of (ctx, clock): clock is [due time, next seq]."""
+        lines: list[str] = []
+        self._block(steps, where, "ctx", 1, lines)
+        name = f"_s{next(self._ids)}"
+        source = "\n".join([f"def {name}(ctx, clock):", "    _at, _seq = clock", *lines,
+                            "    return", "    yield", ""])
+        exec(compile(source, f"<stream {where}>", "exec"), self.namespace)  # noqa: S102 - our own code
+        return self.namespace[name]
+
+    def _ref(self, f: Callable) -> str:
+        name = f"_c{next(self._ids)}"
+        self.namespace[name] = f
+        return name
+
+    def _block(self, steps: list, where: str, ctx: str, depth: int, lines: list[str]) -> None:
+        start = len(lines)
+        for i, step in enumerate(steps):
+            self._step(step, f"{where}[{i}]", ctx, depth, lines)
+        if len(lines) == start:
+            lines.append("    " * depth + "pass")
+
+    def _step(self, step: dict, where: str, ctx: str, depth: int, lines: list[str]) -> None:
+        pad, compiler = "    " * depth, self.compiler
+        if "for" in step:
+            var, closure = compiler.loop(step["for"], f"{where}.for")       # checks the spelling
+            source = compiler.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
+                                                     f"{where}.for", fallback=closure)
+            inner, index = f"_x{next(self._ids)}", step.get("index")
+            lines.append(f"{pad}{inner} = {{**{ctx}}}")
+            if index:
+                lines.append(f"{pad}for _i, {inner}[{var!r}] in enumerate({self._ref(source)}({ctx})):")
+                lines.append(f"{pad}    {inner}[{index!r}] = _i")
+            else:
+                lines.append(f"{pad}for {inner}[{var!r}] in {self._ref(source)}({ctx}):")
+            self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines)
+            return
+        if "if" in step:
+            test = compiler.fast(step["if"], f"{where}.if")
+            lines.append(f"{pad}if {self._ref(test)}({ctx}):")
+            self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines)
+            if step.get("else"):
+                lines.append(f"{pad}else:")
+                self._block(step["else"], f"{where}.else", ctx, depth + 1, lines)
+            return
+        if "at" in step:
+            lines.append(f"{pad}_at = {self._ref(compiler.fast(step['at'], f'{where}.at'))}({ctx})")
+        name = step.get("event")
+        if "raw" in step:
+            lines.append(f"{pad}yield Event({name!r}, {step['raw']!r}, _at, True)")
+            return
+        compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
+        write = self._ref(compiler.json_writer(step.get("data"), f"{where}.data"))
+        lines += [f"{pad}{ctx}['seq'] = _seq", f"{pad}_seq += 1",
+                  f"{pad}yield Event({name!r}, None, _at, False, {write}({ctx}))"]
