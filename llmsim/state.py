@@ -121,20 +121,27 @@ class ResponseState:
         item_id = item.get("id") or ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
         return self.render("stored_item", item=item, item_id=item_id)
 
-    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict,
-                   frames: Sequence[bytes] = ()) -> None:
-        """Keep a response (with its first SSE frames) unless the request said `store: false`."""
+    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes,
+                   frames: Sequence[bytes] = (), plan=None) -> None:
+        """Keep a response (with its first SSE frames) unless the request said `store: false`.
+        `snapshot` is the response object, or the JSON a handler wrote from `plan` (whose id and
+        status it carries), kept as written."""
         if not wants_store(body):
             return
         answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
-        record = StoredResponse(snapshot["id"], snapshot, answered, bool(body.get("background")),
-                                prior.conversation)
+        background = bool(body.get("background"))
+        if snapshot.__class__ is bytes:
+            record = StoredResponse(plan.id, None, answered, background, prior.conversation,
+                                    response_json=snapshot, status=plan.status)
+        else:
+            record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation)
         await self.store.put_response(record, frames)
 
-    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict) -> None:
+    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
         if prior.conversation and wants_store(body):
-            await self.store.add_items(prior.conversation, [*own, *(snapshot.get("output") or [])])
+            response = orjson.loads(snapshot) if snapshot.__class__ is bytes else snapshot
+            await self.store.add_items(prior.conversation, [*own, *(response.get("output") or [])])
 
     def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict]) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends

@@ -19,7 +19,7 @@ class ResponseStoreHandlers:
                        include=None, include_obfuscation=None):
         record = await self.state.get(response_id)
         if not stream:
-            return transport.json_response(record.response)
+            return transport.json_response(record.response_json())
         if not record.events:
             raise InvalidRequestError("This response cannot be streamed because it was created "
                                       "with neither stream=true nor background=true.", param="stream")

@@ -1,11 +1,9 @@
 """POST /responses (stored, chained, in a conversation or in the background: llmsim.state)."""
 from __future__ import annotations
 
-import orjson
-from llmsim.fastpath import received_at, request_headers
-
 from llmsim import plan as planning
 from llmsim import transport
+from llmsim.fastpath import received_at, request_headers
 from llmsim.simulator import Simulator
 from llmsim.state import wants_store
 
@@ -37,8 +35,7 @@ class ResponsesHandlers:
             return transport.sse_response(chunks)
         await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
-        if wants_store(body):                               # the store keeps the object
-            response = orjson.loads(content)
-            await sim.state.save(body, prior, own, response)
-            await sim.state.conclude(body, prior, own, response)
+        if wants_store(body):                               # the store keeps these bytes
+            await sim.state.save(body, prior, own, content, plan=plan)
+            await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)

@@ -17,7 +17,7 @@ as soon as its creation answers); backends batch the writes of concurrent reques
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import lz4.frame
@@ -77,19 +77,36 @@ def frames_after(blob: bytes, first_seq: int, after: int) -> list[bytes]:
     return [frame + b"\n\n" for frame in raw.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
 
 
-@dataclass(slots=True)
 class StoredResponse:
-    """One stored response: `response` is its latest snapshot; `events` counts its SSE frames."""
-    id: str
-    response: dict[str, Any]
-    input_items: list[dict[str, Any]] = field(default_factory=list)
-    background: bool = False
-    conversation: str | None = None
-    events: int = 0
+    """One stored response: `response` is its latest snapshot; `events` counts its SSE frames.
+    A snapshot given as JSON (`response_json`, the bytes a handler already wrote) is kept as it
+    is and parsed only if something reads `response`."""
+    __slots__ = ("id", "_response", "_json", "_status", "input_items", "background", "conversation", "events")
+
+    def __init__(self, id: str, response: dict[str, Any] | None = None,
+                 input_items: list[dict[str, Any]] | None = None, background: bool = False,
+                 conversation: str | None = None, events: int = 0, *,
+                 response_json: bytes | None = None, status: str | None = None):
+        self.id, self._response, self._json, self._status = id, response, response_json, status
+        self.input_items = [] if input_items is None else input_items
+        self.background, self.conversation, self.events = background, conversation, events
+
+    @property
+    def response(self) -> dict[str, Any]:
+        if self._response is None:
+            self._response = orjson.loads(self._json)
+        return self._response
+
+    def response_json(self) -> bytes:
+        if self._json is None:
+            self._json = dumps(self._response)
+        return self._json
 
     @property
     def status(self) -> str:
-        return self.response.get("status", "completed")
+        if self._status is None:
+            self._status = self.response.get("status", "completed")
+        return self._status
 
     @property
     def active(self) -> bool:
@@ -109,10 +126,11 @@ class StoredResponse:
                              "conversation": self.conversation})
 
     @classmethod
-    def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int) -> "StoredResponse":
+    def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int,
+                  status: str | None = None) -> "StoredResponse":
         extra = orjson.loads(meta)
-        return cls(response_id, orjson.loads(response), extra["input_items"], extra["background"],
-                   extra["conversation"], events)
+        return cls(response_id, None, extra["input_items"], extra["background"], extra["conversation"],
+                   events, response_json=response, status=status)
 
 
 @dataclass(slots=True)

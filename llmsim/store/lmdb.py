@@ -42,6 +42,7 @@ MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it
 SWEEP_EVERY = 256
 FORMAT = b"2"
 RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
+HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
 CONVERSATION = struct.Struct("<dQQ")    # expires, n, next item position
 POSITION = struct.Struct(">Q")
 SEQ = struct.Struct(">I")
@@ -158,9 +159,12 @@ class LmdbStore:
             txn.delete(order_key, db=self.db["order"])
         if kind == "responses":
             value = txn.pop(entry_id.encode(), db=self.db["responses"])
-            if value is not None and RESPONSE.unpack_from(value)[2] > RESPONSE.unpack_from(value)[3]:
+            if value is None:
+                return False
+            _, _, events, first = HEAD.unpack_from(value)
+            if events > first:
                 self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
-            return value is not None
+            return True
         found = txn.delete(entry_id.encode(), db=self.db["conversations"])
         self._delete_prefix(txn, "items", _key(entry_id, b""))
         self._delete_prefix(txn, "item_ids", _key(entry_id, b""))
@@ -216,14 +220,14 @@ class LmdbStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        key = record.id.encode()
-        row = Row(0.0, 0, len(frames), record.status, dumps(record.response), record.meta_json(),
-                  len(frames), pack(frames))
+        key, status, response, blob = record.id.encode(), record.status.encode(), record.response_json(), pack(frames)
+        lengths, tail = (len(frames), len(frames), len(status), len(response), len(blob)), \
+            status + response + blob + record.meta_json()          # a Row's value after (expires, n)
 
         def put(txn) -> None:
             responses = self.db["responses"]
             n = self._next_n(txn, "responses")
-            value = row._replace(expires=self.bounds.expires(time.time()), n=n).value()
+            value = RESPONSE.pack(self.bounds.expires(time.time()), n, *lengths) + tail
             if not txn.put(key, value, overwrite=False, db=responses):      # replacing one
                 old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
                 self._drop(txn, "responses", record.id, _order_key("responses", old))
@@ -235,7 +239,7 @@ class LmdbStore:
         row = self._transact(lambda txn: self._live_response(txn, response_id))
         if row is None:
             return None
-        return StoredResponse.from_json(response_id, row.response, row.meta, row.events)
+        return StoredResponse.from_json(response_id, row.response, row.meta, row.events, row.status)
 
     async def delete_response(self, response_id: str) -> bool:
         return self._delete("responses", response_id)

@@ -210,7 +210,7 @@ class RedisStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        await self._batched(self._put_response, [record.id, record.status, dumps(record.response),
+        await self._batched(self._put_response, [record.id, record.status, record.response_json(),
                                                  record.meta_json(), self.ttl_ms, self.bounds.max_entries,
                                                  *frames])
 

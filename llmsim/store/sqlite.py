@@ -418,7 +418,7 @@ class SqliteStore:
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         """Queued: returns at once (every later call of this store sees it)."""
-        row = (record.id, record.status, len(frames), dumps(record.response), record.meta_json())
+        row = (record.id, record.status, len(frames), record.response_json(), record.meta_json())
         blob = pack(frames)
         expires = self.bounds.expires
 
