@@ -2,7 +2,9 @@
 (`previous_response_id` or `conversation`), and what it leaves behind.
 
 A stored response keeps the items it answered: for a `previous_response_id` chain that is the
-whole history plus its own input, so continuing any response is one look-up. A response in a
+whole history plus its own input, so continuing any response is one look-up. Input items are
+kept as the client sent them (with an id each) and take their API shape (`stored_item` in
+templates/store.yaml) when read, which most stored responses never are. A response in a
 conversation keeps its own input; the conversation holds the rest and gets the input and
 output items appended when the response ends. `store: false` keeps nothing at all.
 
@@ -27,6 +29,10 @@ from llmsim.templates import Event
 ITEM_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
                  "reasoning": "rs_"}
 CANCEL_ATTEMPTS = 20
+
+
+def new_item_id(item: dict, rng) -> str:
+    return ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
 
 
 def response_not_found(response_id: str) -> NotFoundError:
@@ -91,7 +97,7 @@ class ResponseState:
                 raise InvalidRequestError(f"Previous response with id '{previous}' is still "
                                           f"{record.status.replace('_', ' ')}.",
                                           param="previous_response_id")
-            return Prior(record.history, "previous_response_id")
+            return Prior(self.history_of(record), "previous_response_id")
         if conversation:
             items = await self.store.conversation_items(conversation)
             if items is None:
@@ -103,7 +109,7 @@ class ResponseState:
         """The store hook: what a follow-up to `response_id` continues (the items it answered,
         then its output), or None when no such response is stored (unknown, deleted, expired)."""
         record = await self.store.get_response(response_id)
-        return None if record is None else record.history
+        return None if record is None else self.history_of(record)
 
     async def history_turns(self, response_id: str) -> list[inputs.Turn] | None:
         """`history` as planning turns (`plan_response(..., history=...)`), or None."""
@@ -112,14 +118,25 @@ class ResponseState:
 
     # ---- what a request leaves ------------------------------------------------------------
     def input_items(self, body: dict, rng) -> list[dict]:
-        """The request's own input as stored items, each with an id."""
+        """The request's own input items as kept: as sent, each with an id."""
         raw = body.get("input")
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else (raw or [])
-        return [self.item(item, rng) for item in items]
+        return [item if item.get("id") else {**item, "id": new_item_id(item, rng)} for item in items]
 
     def item(self, item: dict, rng) -> dict:
-        item_id = item.get("id") or ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
-        return self.render("stored_item", item=item, item_id=item_id)
+        """An item as a conversation keeps it: in its API shape, with an id."""
+        return self.render("stored_item", item=item, item_id=item.get("id") or new_item_id(item, rng))
+
+    def shaped(self, items: list[dict]) -> list[dict]:
+        """Kept input items in their API shape (shaping a shaped item changes nothing)."""
+        return [self.render("stored_item", item=item, item_id=item["id"]) for item in items]
+
+    def inputs_of(self, record: StoredResponse) -> list[dict]:
+        return self.shaped(record.input_items)
+
+    def history_of(self, record: StoredResponse) -> list[dict]:
+        """The conversation a follow-up continues: what it answered, then what it said."""
+        return [*self.shaped(record.input_items), *record.output_items]
 
     async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes,
                    frames: Sequence[bytes] = (), plan=None) -> None:
@@ -141,7 +158,7 @@ class ResponseState:
         """A response ended: its input and output join its conversation, if it has one."""
         if prior.conversation and wants_store(body):
             response = orjson.loads(snapshot) if snapshot.__class__ is bytes else snapshot
-            await self.store.add_items(prior.conversation, [*own, *(response.get("output") or [])])
+            await self.store.add_items(prior.conversation, [*self.shaped(own), *(response.get("output") or [])])
 
     def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict]) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends

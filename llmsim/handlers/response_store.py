@@ -35,7 +35,7 @@ class ResponseStoreHandlers:
     async def list_input_items(self, response_id: str, after: str | None = None, before: str | None = None,
                                limit: int = 20, order: str = "desc", include=None):
         record = await self.state.get(response_id)
-        page = paginate(record.input_items, after=after, before=before, limit=limit, order=order)
+        page = paginate(self.state.inputs_of(record), after=after, before=before, limit=limit, order=order)
         if page is None:
             raise InvalidRequestError(f"No input item with id '{after if before is None else before}' "
                                       f"in response '{response_id}'.",

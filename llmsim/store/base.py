@@ -116,11 +116,6 @@ class StoredResponse:
     def output_items(self) -> list[dict[str, Any]]:
         return self.response.get("output") or []
 
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """The conversation a follow-up continues: what it answered, then what it said."""
-        return [*self.input_items, *self.output_items]
-
     def meta_json(self) -> bytes:
         return dumps({"input_items": self.input_items, "background": self.background,
                              "conversation": self.conversation})
