@@ -77,6 +77,15 @@ def test_input_items_list_the_input_with_ids(client, server):
     assert (page["first_id"], page["last_id"], page["has_more"]) == (ids[0], ids[-1], False)
 
 
+def test_input_items_read_the_same_every_time(client, server):
+    created = client.responses.create(model=MODEL, input=[*MESSAGES, {"type": "function_call_output",
+                                                                     "call_id": "call_1", "output": "42"}])
+    url = f"{server.base}/responses/{created.id}/input_items"
+    first, again = httpx.get(url).json(), httpx.get(url).json()
+    validate("ResponseItemList", first)
+    assert first == again and first["data"][0]["id"].startswith("fco_")
+
+
 def test_string_input_is_one_user_message(client):
     created = client.responses.create(model=MODEL, input="Just text.")
     [item] = client.responses.input_items.list(created.id)
