@@ -178,4 +178,4 @@ async def test_a_store_written_in_another_layout_is_refused_by_name(path):
     store._transact(lambda txn: txn.delete(b"format", db=store.db["meta"]), write=True)   # as format 1 left it
     await store.close()
     with pytest.raises(ConfigError, match="another llmsim version.*remove the directory"):
-        await LmdbStore(path, Bounds(10, None)).get_response("resp_1")
+        LmdbStore(path, Bounds(10, None))         # on opening: start-up fails, not a request

@@ -94,6 +94,7 @@ class LmdbStore:
         self.bounds = bounds
         self._env: lmdb.Environment | None = None
         self._writes = 0
+        self._open()             # a directory it cannot use fails start-up, not the first request
 
     # ---- plumbing --------------------------------------------------------------------
     def _open(self) -> lmdb.Environment:
