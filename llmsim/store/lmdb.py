@@ -221,14 +221,14 @@ class LmdbStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        key, status, response, blob = record.id.encode(), record.status.encode(), record.response_json(), pack(frames)
-        lengths, tail = (len(frames), len(frames), len(status), len(response), len(blob)), \
-            status + response + blob + record.meta_json()          # a Row's value after (expires, n)
+        key = record.id.encode()
+        row = Row(0.0, 0, len(frames), record.status, record.response_json(), record.meta_json(),
+                  len(frames), pack(frames))
 
         def put(txn) -> None:
             responses = self.db["responses"]
             n = self._next_n(txn, "responses")
-            value = RESPONSE.pack(self.bounds.expires(time.time()), n, *lengths) + tail
+            value = row._replace(expires=self.bounds.expires(time.time()), n=n).value()
             if not txn.put(key, value, overwrite=False, db=responses):      # replacing one
                 old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
                 self._drop(txn, "responses", record.id, _order_key("responses", old))
