@@ -11,10 +11,11 @@ completion tokens). Streams send headers before the body, so they carry them too
 """
 from __future__ import annotations
 
-import gc
+import asyncio
 import random
 import time
 
+from llmsim.collector import Collector
 from llmsim.requestlog import AccessLog, Trace
 from llmsim.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 
@@ -36,15 +37,6 @@ def endpoint_of(path: str) -> str:
     return "other"
 
 
-def _freeze_start_up() -> None:
-    """What start-up loaded (modules, spec, schemas, templates: ~100k objects) lives as long
-    as the process: keep it out of the cyclic collector's sight. Otherwise every full
-    collection walks it again: ~50 ms of CPU, every few hundred requests, stalling every
-    stream while it runs."""
-    gc.collect()
-    gc.freeze()
-
-
 def _ms(seconds: float) -> bytes:
     return b"%.3f" % (seconds * 1000.0)
 
@@ -63,6 +55,8 @@ class Observer:
         self.writers = self.stats.writers = tuple(writers)
         self._rng = random.Random()
         self._endpoints: dict[str, str] = {}
+        self.in_flight = 0
+        self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
 
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)
@@ -86,15 +80,21 @@ class Observer:
         elif kind == "websocket":
             await self._websocket(scope, receive, send, path)
         else:
-            if kind == "lifespan":
-                self.stats.serving()
-                _freeze_start_up()
-            await self.app(scope, receive, send)
+            if kind != "lifespan":
+                await self.app(scope, receive, send)
+                return
+            self.stats.serving()
+            self.collector.serving(time.perf_counter())
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.collector.stopped()
 
     async def _http(self, scope, receive, send, path: str):
         ex = Exchange(self.request_id(scope), "http", scope["method"], path, self.endpoint(path),
                       self.stats)
         token = CURRENT.set(ex)
+        self.in_flight += 1
         if self.counting:
             self.stats.request_started()
 
@@ -115,10 +115,13 @@ class Observer:
             await self.app(scope, receive, observed_send)
         finally:
             CURRENT.reset(token)
+            now = time.perf_counter()
+            self.in_flight -= 1
+            self.collector.request_ended(now, self.in_flight)
             if self.counting:
-                self.stats.request_finished(ex, time.perf_counter() - ex.start)
+                self.stats.request_finished(ex, now - ex.start)
             if self.writers:
-                end = ex.wall + (time.perf_counter() - ex.start)
+                end = ex.wall + (now - ex.start)
                 for writer in self.writers:
                     writer.write(ex, end)
             # Timers the request armed keep a copy of its context (so this exchange) until
