@@ -12,6 +12,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterable
 from starlette.responses import Response
 
 from llmsim.clock import Clock
+from llmsim.corking import chunk_writer
 from llmsim.jsonbytes import dumps
 from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.templates import Event
@@ -132,7 +133,7 @@ class SSEResponse(Response):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             chunks = self.chunks
             if isinstance(chunks, Paced) and chunks.clock.realtime:
-                stream = self._on_pacer(chunks, send)
+                stream = self._on_pacer(chunks, send, chunk_writer(scope))
                 await stream.done
                 if chunks.on_end is not None:
                     await chunks.on_end()
@@ -154,14 +155,17 @@ class SSEResponse(Response):
                 watching.cancel()
 
     @staticmethod
-    def _on_pacer(paced: Paced, send) -> PacedStream:
-        """Run `paced` on the shared timer: its first step now, the rest when due."""
+    def _on_pacer(paced: Paced, send, direct: Callable[[bytes], bool] | None) -> PacedStream:
+        """Run `paced` on the shared timer: its first step now, the rest when due. Chunks go
+        `direct` to the connection when it can (llmsim.corking), else through `send`."""
         clock, tap = paced.clock, paced.on_chunk
 
         def write(batch):
             chunk = sse_chunk(batch, clock)
             if tap is not None:
                 tap(batch, chunk)
+            if direct is not None and direct(chunk):
+                return None
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
         stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness, clock)
         following = stream.step(clock.now())
