@@ -114,12 +114,46 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
+        self.on_lost: Callable[[], None] | None = None     # see `watch_disconnect`
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        callback, self.on_lost = self.on_lost, None
+        if callback is not None:
+            callback()
 
     def handle_websocket_upgrade(self) -> None:
         """A WebSocket gets the plain transport: its frames are written as the library wants."""
         self.transport = self.transport.uncorked()
         super().handle_websocket_upgrade()
+
+
+def _serving(scope):
+    """The protocol and request cycle serving `scope`, if it came through this protocol."""
+    extensions = scope.get("extensions")
+    ref = extensions.get(PROTOCOL) if extensions else None
+    protocol = ref() if ref is not None else None
+    cycle = getattr(protocol, "cycle", None)
+    if cycle is None or cycle.scope.get("extensions") is not extensions:
+        return None, None
+    return protocol, cycle
+
+
+def watch_disconnect(scope, callback: Callable[[], None]) -> Callable[[], None] | None:
+    """Have `callback()` called if the client of this request's connection leaves, without a
+    task waiting on `receive` for it. Returns the function that calls it off (call it when
+    the response ends: until then the connection holds the callback); None when the request
+    did not come through this protocol."""
+    protocol, _ = _serving(scope)
+    if protocol is None:
+        return None
+    protocol.on_lost = callback
+
+    def forget() -> None:
+        if protocol.on_lost is callback:
+            protocol.on_lost = None
+    return forget
 
 
 def chunk_writer(scope) -> Callable[[bytes], bool] | None:
@@ -128,12 +162,8 @@ def chunk_writer(scope) -> Callable[[bytes], bool] | None:
     (which only watches a response start and end). Returns False, writing nothing, when the
     ASGI `send` must do it: the client reads slowly (flow control waits), left, or the
     response ended. None when the request did not come through this protocol."""
-    extensions = scope.get("extensions")
-    ref = extensions.get(PROTOCOL) if extensions else None
-    protocol = ref() if ref is not None else None
-    cycle = getattr(protocol, "cycle", None)
-    if (cycle is None or cycle.scope.get("extensions") is not extensions
-            or not cycle.response_started or not cycle.chunked_encoding):
+    _, cycle = _serving(scope)
+    if cycle is None or not cycle.response_started or not cycle.chunked_encoding:
         return None
     transport, flow = cycle.transport, cycle.flow
 

@@ -12,7 +12,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterable
 from starlette.responses import Response
 
 from llmsim.clock import Clock
-from llmsim.corking import chunk_writer
+from llmsim.corking import chunk_writer, watch_disconnect
 from llmsim.jsonbytes import dumps
 from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.templates import Event
@@ -106,10 +106,11 @@ class SSEResponse(Response):
     """An event stream as an ASGI response: the headers, then each chunk as it comes.
 
     Lighter than starlette's StreamingResponse, which (under uvicorn's ASGI 2.3) runs every
-    stream in an anyio task group beside a task listening for the client to leave. Here a
-    stream still running after `WATCH_AFTER` seconds gets that listener (instant streams
-    never need one); when the client leaves, it cancels the stream where it waits, and the
-    response ends quietly.
+    stream in an anyio task group beside a task listening for the client to leave. Served by
+    `llmsim serve`'s protocol, the connection itself says when its client leaves
+    (llmsim.corking.watch_disconnect); elsewhere a stream still running after `WATCH_AFTER`
+    seconds gets a listening task (instant streams never need one). When the client leaves,
+    the stream is cancelled where it waits, and the response ends quietly.
     """
     WATCH_AFTER = 0.05
     media_type = "text/event-stream"
@@ -124,10 +125,12 @@ class SSEResponse(Response):
 
     async def __call__(self, scope, receive, send) -> None:
         task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
         watcher: list[asyncio.Task] = []
-        timer = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
-            loop.create_task(self._watch(receive, task))))
+        forget = watch_disconnect(scope, lambda: self._left(task))
+        if forget is None:
+            loop = asyncio.get_running_loop()
+            forget = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
+                loop.create_task(self._watch(receive, task)))).cancel
         stream = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -150,7 +153,7 @@ class SSEResponse(Response):
             self.finished = True
             if stream is not None:
                 stream.close()
-            timer.cancel()
+            forget()
             for watching in watcher:
                 watching.cancel()
 
@@ -176,6 +179,9 @@ class SSEResponse(Response):
     async def _watch(self, receive, task: asyncio.Task) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+        self._left(task)
+
+    def _left(self, task: asyncio.Task) -> None:
         if not self.finished:
             self.left = True
             task.cancel()

@@ -1,6 +1,7 @@
 """`llmsim serve`'s HTTP protocol (llmsim.corking) on a real event loop, fed raw bytes: a
 paced stream's chunks reach the connection in HTTP chunked framing, and while the client
-reads slowly (the transport paused writing) nothing more is written until it drains."""
+reads slowly (the transport paused writing) nothing more is written until it drains, and
+when the client leaves the stream ends at once."""
 from __future__ import annotations
 
 import asyncio
@@ -46,13 +47,16 @@ class Transport(asyncio.Transport):
         pass
 
 
-async def app(scope, receive, send):
-    events = (Event("e", {"i": i}, i * GAP) for i in range(N))
-    await SSEResponse(Paced(events, Clock().now(), Clock()))(scope, receive, send)
+def paced_app(n: int):
+    async def app(scope, receive, send):
+        events = (Event("e", {"i": i}, i * GAP) for i in range(n))
+        await SSEResponse(Paced(events, Clock().now(), Clock()))(scope, receive, send)
+    return app
 
 
-def connect() -> tuple[CorkedHttpToolsProtocol, Transport]:
-    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, lifespan="off", log_level="warning")
+def connect(n: int = N) -> tuple[CorkedHttpToolsProtocol, Transport]:
+    config = uvicorn.Config(paced_app(n), http=CorkedHttpToolsProtocol, lifespan="off",
+                            log_level="warning")
     protocol = CorkedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={},
                                        _loop=asyncio.get_running_loop())
     transport = Transport()
@@ -97,3 +101,13 @@ async def test_nothing_is_written_while_the_client_reads_slowly_and_all_of_it_af
     protocol.resume_writing()
     await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
     assert body_of(bytes(transport.data)) == (list(range(N)), True)
+
+
+async def test_a_client_that_leaves_ends_its_stream_at_once():
+    protocol, transport = connect(n=2000)        # 10 s of events
+    await asyncio.sleep(GAP * 4)
+    protocol.connection_lost(None)
+    written = len(transport.data)
+    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 0.5)
+    assert len(transport.data) == written
+    assert body_of(bytes(transport.data))[1] is False     # no last chunk: it just stopped

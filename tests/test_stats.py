@@ -161,6 +161,22 @@ def test_open_stream_is_active_until_it_ends(paced):
     assert (after["requests"]["active_streams"], after["requests"]["running"]) == (0, 0)
 
 
+def test_a_client_that_leaves_a_waiting_stream_ends_it_at_once(live_server_factory):
+    """The stream's first token is a minute away: the server notices the client left and
+    lets the stream go then, not when its next write would fail."""
+    server = live_server_factory("--ttft-ms", "60000")
+    with httpx.stream("POST", f"{server.base}/chat/completions", timeout=10,
+                      json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                            "stream": True}) as response:
+        assert response.status_code == 200
+        assert read(server)["requests"]["active_streams"] == 1
+    left = time.monotonic()
+    after = wait_for(server, lambda s: s["requests"]["active_streams"] == 0, timeout=5)
+    assert after["requests"]["active_streams"] == 0
+    assert (after["requests"]["active"], after["requests"]["running"]) == (0, 0)
+    assert time.monotonic() - left < 2
+
+
 def test_latency_percentiles_are_the_simulated_ones(paced):
     client = paced.client()
     client.responses.create(model="gpt-4o-mini", input="hi")
