@@ -7,10 +7,9 @@ the bytes. `CorkedTransport` holds what is written during one step of the event 
 writes it as one buffer right after (a user-space TCP_CORK), so a whole answer usually
 leaves in one write, and a paced stream's event still leaves in the step it is due.
 
-`llmsim serve` passes `CorkedHttpToolsProtocol` to uvicorn (`http=`). It also lets a paced
-stream write its chunks straight to the connection (`chunk_writer`): with a thousand streams
-the ASGI send chain (three middlewares and uvicorn's checks) was a tenth of each event's cost;
-and tells a stream when its client leaves (`watch_disconnect`), so no task waits for that.
+`llmsim serve` passes `CorkedHttpToolsProtocol` to uvicorn (`http=`). Each request's scope
+also carries a weak reference to its connection, through which a paced stream writes its
+chunks and hears that its client left (llmsim.connection).
 """
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ from typing import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from llmsim.connection import PROTOCOL
 from llmsim.fastpath import RECEIVED_AT
-
-PROTOCOL = "llmsim.protocol"    # scope["extensions"] key: (a weak reference to) the connection
 
 
 class Flusher:
@@ -115,7 +113,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
-        self.on_lost: Callable[[], None] | None = None     # see `watch_disconnect`
+        self.on_lost: Callable[[], None] | None = None     # see llmsim.connection.watch_disconnect
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -129,48 +127,3 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self.transport = self.transport.uncorked()
         super().handle_websocket_upgrade()
 
-
-def _serving(scope):
-    """The protocol and request cycle serving `scope`, if it came through this protocol."""
-    extensions = scope.get("extensions")
-    ref = extensions.get(PROTOCOL) if extensions else None
-    protocol = ref() if ref is not None else None
-    cycle = getattr(protocol, "cycle", None)
-    if cycle is None or cycle.scope.get("extensions") is not extensions:
-        return None, None
-    return protocol, cycle
-
-
-def watch_disconnect(scope, callback: Callable[[], None]) -> Callable[[], None] | None:
-    """Have `callback()` called if the client of this request's connection leaves, without a
-    task waiting on `receive` for it. Returns the function that calls it off (call it when
-    the response ends: until then the connection holds the callback); None when the request
-    did not come through this protocol."""
-    protocol, _ = _serving(scope)
-    if protocol is None:
-        return None
-    protocol.on_lost = callback
-
-    def forget() -> None:
-        if protocol.on_lost is callback:
-            protocol.on_lost = None
-    return forget
-
-
-def chunk_writer(scope) -> Callable[[bytes], bool] | None:
-    """For a chunked response whose headers are out: write one body chunk straight to its
-    connection, as uvicorn's `send` would, without the ASGI send chain of every middleware
-    (which only watches a response start and end). Returns False, writing nothing, when the
-    ASGI `send` must do it: the client reads slowly (flow control waits), left, or the
-    response ended. None when the request did not come through this protocol."""
-    _, cycle = _serving(scope)
-    if cycle is None or not cycle.response_started or not cycle.chunked_encoding:
-        return None
-    transport, flow = cycle.transport, cycle.flow
-
-    def write(chunk: bytes) -> bool:
-        if flow.write_paused or cycle.disconnected or cycle.response_complete:
-            return False
-        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-        return True
-    return write

@@ -12,7 +12,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterable
 from starlette.responses import Response
 
 from llmsim.clock import Clock
-from llmsim.corking import chunk_writer, watch_disconnect
+from llmsim.connection import chunk_writer, watch_disconnect
 from llmsim.jsonbytes import dumps
 from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.templates import Event
@@ -108,7 +108,7 @@ class SSEResponse(Response):
     Lighter than starlette's StreamingResponse, which (under uvicorn's ASGI 2.3) runs every
     stream in an anyio task group beside a task listening for the client to leave. Served by
     `llmsim serve`'s protocol, the connection itself says when its client leaves
-    (llmsim.corking.watch_disconnect); elsewhere a stream still running after `WATCH_AFTER`
+    (llmsim.connection.watch_disconnect); elsewhere a stream still running after `WATCH_AFTER`
     seconds gets a listening task (instant streams never need one). When the client leaves,
     the stream is cancelled where it waits, and the response ends quietly.
     """
@@ -160,7 +160,7 @@ class SSEResponse(Response):
     @staticmethod
     def _on_pacer(paced: Paced, send, direct: Callable[[bytes], bool] | None) -> PacedStream:
         """Run `paced` on the shared timer: its first step now, the rest when due. Chunks go
-        `direct` to the connection when it can (llmsim.corking), else through `send`."""
+        `direct` to the connection when it can (llmsim.connection), else through `send`."""
         clock, tap = paced.clock, paced.on_chunk
 
         def write(batch):
