@@ -7,6 +7,7 @@ import asyncio
 import multiprocessing
 import os
 
+import lmdb
 import pytest
 
 import llmsim.store.lmdb as lmdb_store
@@ -179,3 +180,38 @@ async def test_a_store_written_in_another_layout_is_refused_by_name(path):
     await store.close()
     with pytest.raises(ConfigError, match="another llmsim version.*remove the directory"):
         LmdbStore(path, Bounds(10, None))         # on opening: start-up fails, not a request
+
+
+def committed(store: LmdbStore) -> int:
+    return store._open().info()["last_txnid"]       # LMDB numbers each committed write
+
+
+async def test_writes_called_in_one_loop_step_share_one_commit(path):
+    store = LmdbStore(path, Bounds(100, None))
+    before = committed(store)
+    await asyncio.gather(*(store.put_response(record(n), frames("a")) for n in range(20)))
+    assert committed(store) == before + 1
+    reader = LmdbStore(path, Bounds(100, None))
+    assert [(await reader.get_response(f"resp_{n}")).events for n in range(20)] == [1] * 20
+    await reader.close()
+    await store.close()
+
+
+async def test_a_read_sees_a_write_called_before_it_in_the_same_step(path):
+    store = LmdbStore(path, Bounds(10, None))
+    put = asyncio.ensure_future(store.put_response(record(1)))
+    got = asyncio.ensure_future(store.get_response("resp_1"))
+    await asyncio.gather(put, got)
+    assert got.result().id == "resp_1"
+    await store.close()
+
+
+async def test_a_write_that_fails_fails_only_its_own_caller(path):
+    store = LmdbStore(path, Bounds(10, None))
+    too_long = StoredResponse("resp_" + "x" * 600, {"status": "completed"})    # LMDB keys: <= 511 bytes
+    results = await asyncio.gather(store.put_response(record(1)), store.put_response(too_long),
+                                   store.put_response(record(2)), return_exceptions=True)
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], lmdb.Error)
+    assert [await store.get_response(f"resp_{n}") is not None for n in (1, 2)] == [True, True]
+    await store.close()
