@@ -138,24 +138,26 @@ class LmdbStore:
         if not batch:
             return
         try:
-            results = self._transact(lambda txn: [body(txn) for body, _ in batch], write=True)
+            outcomes = [(result, None) for result in
+                        self._transact(lambda txn: [body(txn) for body, _ in batch], write=True)]
         except Exception:
-            results = None
-        for index, (body, future) in enumerate(batch):
-            if results is None:
-                try:
-                    result = self._transact(body, write=True)
-                except Exception as exc:
-                    if not future.done():
-                        future.set_exception(exc)
-                    continue
-            else:
-                result = results[index]
-            if not future.done():
+            outcomes = [self._alone(body) for body, _ in batch]
+        for (_, future), (result, error) in zip(batch, outcomes):
+            if future.done():
+                continue
+            if error is None:
                 future.set_result(result)
+            else:
+                future.set_exception(error)
         before, self._writes = self._writes, self._writes + len(batch)
         if before // SWEEP_EVERY != self._writes // SWEEP_EVERY:
             self._transact(self._sweep, write=True)
+
+    def _alone(self, body: Callable) -> tuple[Any, Exception | None]:
+        try:
+            return self._transact(body, write=True), None
+        except Exception as exc:
+            return None, exc
 
     def _read(self, body: Callable) -> Any:
         """`body(txn)` in a read transaction that sees every write called before it."""
