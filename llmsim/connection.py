@@ -40,20 +40,23 @@ def watch_disconnect(scope, callback: Callable[[], None]) -> Callable[[], None] 
     return forget
 
 
-def chunk_writer(scope) -> Callable[[bytes], bool] | None:
+def chunk_writer(scope) -> Callable[[bytes, bool], bool] | None:
     """For a chunked response whose headers are out: write one body chunk straight to its
     connection, as uvicorn's `send` would, without the ASGI send chain of every middleware
-    (which only watches a response start and end). Returns False, writing nothing, when the
-    ASGI `send` must do it: the client reads slowly (flow control waits), left, or the
-    response ended. None when the request did not come through llmsim.corking's protocol."""
+    (which only watches a response start and end). With `at_once`, the chunk leaves now
+    rather than with the rest of the loop step's writes (llmsim.corking). Returns False,
+    writing nothing, when the ASGI `send` must do it: the client reads slowly (flow control
+    waits), left, or the response ended. None when the request did not come through
+    llmsim.corking's protocol."""
     _, cycle = _serving(scope)
     if cycle is None or not cycle.response_started or not cycle.chunked_encoding:
         return None
     transport, flow = cycle.transport, cycle.flow
+    write_now = getattr(transport, "write_now", transport.write)
 
-    def write(chunk: bytes) -> bool:
+    def write(chunk: bytes, at_once: bool = False) -> bool:
         if flow.write_paused or cycle.disconnected or cycle.response_complete:
             return False
-        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        (write_now if at_once else transport.write)(b"%x\r\n%b\r\n" % (len(chunk), chunk))
         return True
     return write

@@ -79,6 +79,14 @@ class CorkedTransport:
             if not self._transport.is_closing():
                 self._transport.write(data)
 
+    def write_now(self, data: bytes) -> None:
+        """Write `data` at once, after whatever this step corked (in the same write)."""
+        if self._pending:
+            self._pending.append(data)
+            self._flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def writelines(self, chunks) -> None:
         for chunk in chunks:
             self.write(chunk)

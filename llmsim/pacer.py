@@ -107,10 +107,10 @@ class PacedStream:
             return self._finish(exc)
         wait = None
         if batch:
-            if self.lateness is not None:       # on the stream's clock (precise), not the loop's
-                self.lateness.observe(max(0.0, self.clock.now() - batch_due))
             self.first_wait = self.first_wait and not self.stepped
             wait = self.write(batch)
+            if self.lateness is not None:       # once written; on the stream's clock (precise)
+                self.lateness.observe(max(0.0, self.clock.now() - batch_due))
         elif self.keepalive_at is not None and now >= self.keepalive_at:
             wait = self.write([])               # a comment line while waiting for the first token
         self.stepped, self.keepalive_at = True, None

@@ -158,20 +158,25 @@ class SSEResponse(Response):
                 watching.cancel()
 
     @staticmethod
-    def _on_pacer(paced: Paced, send, direct: Callable[[bytes], bool] | None) -> PacedStream:
+    def _on_pacer(paced: Paced, send, direct: Callable[[bytes, bool], bool] | None) -> PacedStream:
         """Run `paced` on the shared timer: its first step now, the rest when due. Chunks go
-        `direct` to the connection when it can (llmsim.connection), else through `send`."""
+        `direct` to the connection when it can (llmsim.connection), else through `send`.
+        The first step's chunk leaves with the headers (and, for an instant stream, the end)
+        in one write; a later step's leaves at once, before the timer renders the next
+        stream's, so a client's token waits for no other stream's."""
         clock, tap = paced.clock, paced.on_chunk
+        on_timer = False
 
         def write(batch):
             chunk = sse_chunk(batch, clock)
             if tap is not None:
                 tap(batch, chunk)
-            if direct is not None and direct(chunk):
+            if direct is not None and direct(chunk, on_timer):
                 return None
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
         stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness, clock)
         following = stream.step(clock.now())
+        on_timer = True
         if following is not None:
             PACERS.get().add(stream, following)
         return stream

@@ -26,6 +26,7 @@ class Transport(asyncio.Transport):
     def __init__(self):
         super().__init__()
         self.data = bytearray()
+        self.writes: list[bytes] = []
         self.closed = False
 
     def get_extra_info(self, name, default=None):
@@ -33,6 +34,7 @@ class Transport(asyncio.Transport):
 
     def write(self, data):
         self.data += data
+        self.writes.append(bytes(data))
 
     def is_closing(self):
         return self.closed
@@ -47,15 +49,23 @@ class Transport(asyncio.Transport):
         pass
 
 
-def paced_app(n: int):
+def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
+    """Streams of n events `gap` apart from `start` (default: the request); `drawn(i)` is
+    called as the stream takes event i from its template."""
+    def events():
+        for i in range(n):
+            if drawn is not None:
+                drawn(i)
+            yield Event("e", {"i": i}, i * gap)
+
     async def app(scope, receive, send):
-        events = (Event("e", {"i": i}, i * GAP) for i in range(n))
-        await SSEResponse(Paced(events, Clock().now(), Clock()))(scope, receive, send)
+        began = Clock().now() if start is None else start
+        await SSEResponse(Paced(events(), began, Clock()))(scope, receive, send)
     return app
 
 
-def connect(n: int = N) -> tuple[CorkedHttpToolsProtocol, Transport]:
-    config = uvicorn.Config(paced_app(n), http=CorkedHttpToolsProtocol, lifespan="off",
+def connect(n: int = N, app=None) -> tuple[CorkedHttpToolsProtocol, Transport]:
+    config = uvicorn.Config(app or paced_app(n), http=CorkedHttpToolsProtocol, lifespan="off",
                             log_level="warning")
     protocol = CorkedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={},
                                        _loop=asyncio.get_running_loop())
@@ -111,3 +121,31 @@ async def test_a_client_that_leaves_ends_its_stream_at_once():
     await asyncio.wait_for(asyncio.gather(*protocol.tasks), 0.5)
     assert len(transport.data) == written
     assert body_of(bytes(transport.data))[1] is False     # no last chunk: it just stopped
+
+
+async def test_an_instant_stream_leaves_in_one_write():
+    protocol, transport = connect(app=paced_app(5, gap=0))
+    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await asyncio.sleep(0)                      # the loop step's writes go out after it
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert body_of(transport.writes[0]) == ([0, 1, 2, 3, 4], True)
+
+
+async def test_streams_due_together_each_leave_before_the_next_is_rendered():
+    """Where one timer finds many streams due, a stream's token does not wait while the
+    others are rendered: each is written as soon as it is made."""
+    order: list[str] = []
+    start = Clock().now() + 0.05                # both streams' first events due at once, later
+    pairs = []
+    for name in "ab":
+        protocol, transport = connect(app=paced_app(2, gap=0.05, start=start,
+                                                     drawn=lambda i, name=name: order.append(f"draw {name}{i}")))
+        real_write = transport.write
+        transport.write = lambda data, name=name, real_write=real_write: (
+            order.append(f"write {name}"), real_write(data))
+        pairs.append((protocol, transport))
+    await asyncio.wait_for(asyncio.gather(*(t for p, _ in pairs for t in p.tasks)), 5)
+    # a stream draws its next event (here 1) while writing the due one (0)
+    due_together = order[order.index("draw a1"):order.index("draw a1") + 4]
+    assert due_together == ["draw a1", "write a", "draw b1", "write b"]
