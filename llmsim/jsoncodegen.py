@@ -14,8 +14,11 @@ becomes (roughly)
 
 Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
-can occur. The generated function is only a fast path: on any exception it hands the value to
-the closure writer of `jsonwriter`, which gives the same bytes or the precise template error.
+can occur. An `$object` with a fixed name is inlined too, its `$with` variables bound to
+locals (one whose object only writes it out whole holds its JSON bytes), unless the object
+loops or names objects by expression: then its own function is called. The generated
+function is only a fast path: on any exception it hands the value to the closure writer of
+`jsonwriter`, which gives the same bytes or the precise template error.
 """
 from __future__ import annotations
 
@@ -38,60 +41,79 @@ class Gen(NamedTuple):
     code: str
     const: bytes | None = None
     omittable: bool = False
+    parts: tuple = ()       # when `code` joins these (bytes and code): a parent joins them itself
 
 
 def _const(data: bytes) -> Gen:
     return Gen(repr(data), data)
 
 
-def _get(obj: Any, name: str) -> Any:
-    """A dotted name's step, as `templates._getter` does it: a dict's item, else the attribute."""
-    return obj[name] if obj.__class__ is dict else getattr(obj, name)
-
-
 def _commas(parts) -> bytes:
     return b",".join([p for p in parts if p is not None])
 
 
-def _concat(parts: list) -> str:
-    """Code joining `parts` (bytes literals and code strings), adjacent literals merged."""
+def _joined(parts: list) -> Gen:
+    """Code joining `parts` (bytes literals, code strings, and Gens: a join's parts are taken
+    into this one), adjacent literals merged."""
     merged: list = []
     for part in parts:
-        if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):
-            merged[-1] += part
-        else:
-            merged.append(part)
+        for piece in (part.parts or (part.code,)) if isinstance(part, Gen) else (part,):
+            if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
+                merged[-1] += piece
+            else:
+                merged.append(piece)
     code = [repr(p) if isinstance(p, bytes) else p for p in merged]
-    return code[0] if len(code) == 1 else f'b"".join(({", ".join(code)},))'
+    if len(code) == 1:
+        return Gen(code[0])
+    return Gen(f'b"".join(({", ".join(code)},))', parts=tuple(merged))
+
+
+def _concat(parts: list) -> str:
+    return _joined(parts).code
 
 
 class JsonCodegen:
     """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
 
+    GUARDED = True      # False: a writer raises where it would fall back (tests: the
+                        # generated code must give every byte by itself)
+
     def __init__(self, compiler, omit, raw_objects: dict[str, Any]):
         self.compiler = compiler
         self.omit = omit
         self.raw_objects = raw_objects            # object name -> its YAML (for `omit`-ability)
-        self.objects: dict[str, Writer] = {}     # object name -> its writer (filled by the caller)
+        # object name -> its generated writer, unguarded: called from another writer, whose
+        # fallback answers for both (filled by `writer(..., name=)`)
+        self.fast: dict[str, Writer] = {}
         self._ids = itertools.count()
-        self.namespace = {"_d": orjson.dumps, "_F": orjson.Fragment, "_g": _get, "_commas": _commas, "_objs": self.objects,
+        self.namespace = {"_d": orjson.dumps, "_F": orjson.Fragment, "_commas": _commas, "_fast": self.fast,
                           "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
                           **pyexpr.TEST_FUNCTIONS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
         self._reads: list[set[str]] = []          # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
+        # while an object is inlined: its `$with` variables -> (the local holding the value,
+        # whether it holds the value's JSON bytes rather than the value)
+        self._subst: dict[str, tuple[str, bool]] = {}
+        self._inlining: set[str] = set()          # objects being inlined (no recursion)
         self._kinds = {"string": self._leaf, "list": self._list, "$object": self._object,
                        "$for": self._for, "$if": self._if, "dict": self._dict,
                        "const": lambda node, where: _const(dumps(node))}
 
-    def writer(self, node: Any, where: str, fallback: Writer) -> Writer:
-        """`node`'s JSON writer: generated code, with `fallback` when it raises."""
+    def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None) -> Writer:
+        """`node`'s JSON writer: generated code, with `fallback` when it raises; the writer
+        of the object `name`, when given, which other writers may call."""
         gen, names = self._scoped(node, where)
         if gen.const is not None:
             data = gen.const
-            return lambda ctx: data
-        fast = self._define(gen.code, names)
+            fast = lambda ctx: data         # noqa: E731
+        else:
+            fast = self._define(gen.code, names)
+        if name is not None:
+            self.fast[name] = fast
+        if gen.const is not None or not self.GUARDED:
+            return fast
 
         def write(ctx):
             try:
@@ -125,10 +147,17 @@ class JsonCodegen:
         finally:
             self._names = outer
 
-    def _read(self, name: str) -> None:
-        self._names.add(name)
+    def _var(self, name: str) -> str:
+        """Code reading variable `name`: the local it was read into, or the `$with` binding
+        of the object being inlined."""
         for reads in self._reads:
             reads.add(name)
+        bound = self._subst.get(name)
+        if bound is None:
+            self._names.add(name)
+            return f"_n_{name}"
+        local, is_json = bound
+        return f"_F({local})" if is_json else local     # JSON bytes: the value orjson writes
 
     def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
         """A function of ctx returning `code`; each variable read once, into a local."""
@@ -155,18 +184,21 @@ class JsonCodegen:
                 source = whole[2:-2].strip()
                 if self._dotted(source):
                     head, *rest = source.split(".")
-                    self._read(head)
-                    code = f"_n_{head}"
-                    if rest:        # the first step inline: a dict's item, else the attribute
-                        code = f"({code}[{rest[0]!r}] if {code}.__class__ is dict else {code}.{rest[0]})"
-                    for name in rest[1:]:
-                        code = f"_g({code}, {name!r})"
+                    code = self._var(head)
+                    for name in rest:       # each step a dict's item, else the attribute
+                        if not code.isidentifier():
+                            v = f"_v{next(self._ids)}"
+                            code, held = f"({v} := {code})", v
+                        else:
+                            held = code
+                        code = f"({held}[{name!r}] if {code}.__class__ is dict else {held}.{name})"
                     return code
                 native = pyexpr.python_source(source, set(self.compiler.env.globals))
                 if native is not None:
+                    code = native[0]
                     for name in native[1]:
-                        self._read(name)
-                    return f"({native[0]})"
+                        code = re.sub(rf"\b_n_{name}\b", lambda _, v=self._var(name): v, code)
+                    return f"({code})"
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
             else:
@@ -195,6 +227,12 @@ class JsonCodegen:
     def _leaf(self, text: str, where: str) -> Gen:
         if "{{" not in text and "{%" not in text:
             return _const(dumps(text))
+        whole = text.replace(" ", "")
+        if whole.startswith("{{") and whole.endswith("}}") and whole[2:-2] in self._subst:
+            local, is_json = self._subst[whole[2:-2]]
+            if is_json:                             # a `$with` value, already JSON
+                self._var(whole[2:-2])
+                return Gen(local)
         code = self.value_code(text, where)
         if not self._may_omit(text):
             return Gen(f"_d({code})")
@@ -217,8 +255,7 @@ class JsonCodegen:
             self._reads.pop()
         if gen.const is not None:
             return gen, True
-        stable = not gen.omittable and not (reads & self.bound) and "_objs[" not in gen.code \
-            and "__opaque__" not in reads
+        stable = not gen.omittable and not (reads & self.bound) and "__opaque__" not in reads
         return gen, stable
 
     def _memoised(self, entries: list) -> list:
@@ -231,7 +268,7 @@ class JsonCodegen:
                 key = next(self._memo_ids)
                 parts: list = []
                 for i, (prefix, g, _) in enumerate(run):
-                    parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g.code]
+                    parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g]
                 code = f"(_m[{key}] if {key} in _m else _m.setdefault({key}, {_concat(parts)}))"
                 out.append((b"", Gen(code), False))
             else:
@@ -254,8 +291,8 @@ class JsonCodegen:
         if not any(g.omittable for _, g in entries):
             parts: list = [b"{"]
             for i, (prefix, g) in enumerate(entries):
-                parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g.code]
-            return Gen(_concat([*parts, b"}"]))
+                parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g]
+            return _joined([*parts, b"}"])
         # Some entries may vanish: runs of fixed entries, and each optional one, joined by commas.
         elements, run = [], []
         for prefix, g in entries:
@@ -266,7 +303,7 @@ class JsonCodegen:
                 v = f"_v{next(self._ids)}"
                 elements.append(f"(None if ({v} := {g.code}) is None else {prefix!r} + {v})")
             else:
-                run += [b"," if run else b"", prefix, g.const if g.const is not None else g.code]
+                run += [b"," if run else b"", prefix, g.const if g.const is not None else g]
         if run:
             elements.append(_concat(run))
         return Gen(f'b"{{" + _commas(({", ".join(elements)},)) + b"}}"')
@@ -274,25 +311,97 @@ class JsonCodegen:
     def _sequence(self, items: list[Gen]) -> Gen:
         if all(g.const is not None for g in items):
             return _const(b"[" + b",".join(g.const for g in items) + b"]")
+        if len(items) == 1 and items[0].omittable:
+            v = f"_v{next(self._ids)}"
+            return Gen(f'(b"[]" if ({v} := {items[0].code}) is None else b"[" + {v} + b"]")')
         if any(g.omittable for g in items):
             return Gen(f'b"[" + _commas(({", ".join(g.code for g in items)},)) + b"]"')
         parts: list = [b"["]
         for i, g in enumerate(items):
-            parts += [b"," if i else b"", g.const if g.const is not None else g.code]
-        return Gen(_concat([*parts, b"]"]))
+            parts += [b"," if i else b"", g.const if g.const is not None else g]
+        return _joined([*parts, b"]"])
 
     def _object(self, node: dict, where: str) -> Gen:
         name = node["$object"]
         fixed = isinstance(name, str) and "{{" not in name
-        name_code = repr(name) if fixed else self.value_code(name, f"{where}.$object")
-        ctx = "ctx"
         extra = node.get("$with") or {}
+        if fixed and self._inlinable(name, set()):
+            return self._inline(name, extra, where)
+        for reads in self._reads:           # the called writer's reads are not tracked here
+            reads.add("__opaque__")
+        ctx = "ctx"
         if extra:
             items = ", ".join(f"{k!r}: {self._with_code(name if fixed else None, k, v, f'{where}.$with.{k}')}"
                               for k, v in extra.items())
             ctx = f"{{**ctx, {items}}}"
         omittable = not fixed or self._object_may_omit(name, set())
-        return Gen(f"_objs[{name_code}]({ctx})", omittable=omittable)
+        return Gen(f"{self._object_function(name, fixed, where)}({ctx})", omittable=omittable)
+
+    def _object_function(self, name: Any, fixed: bool, where: str) -> str:
+        """Code giving the writer of the object `name` (an expression unless `fixed`). For
+        `"prefix{{ dotted.name }}suffix"`, each string value's writer is remembered at the
+        call site, so a stream's events do not build and hash the name again."""
+        if fixed:
+            return f"_fast[{name!r}]"
+        one = ONE_NAME.match(name) if isinstance(name, str) else None
+        if one is None or not self._dotted(one.group(2)):
+            return f"_fast[{self.value_code(name, f'{where}.$object')}]"
+        prefix, suffix, fast = one.group(1), one.group(3), self.fast
+        site: dict[str, Writer] = {}
+
+        def resolve(value):
+            found = fast[prefix + format(value) + suffix]
+            if value.__class__ is str and len(site) < 64:
+                site[value] = found
+            return found
+        value = self.value_code("{{" + one.group(2) + "}}", f"{where}.$object")
+        v, cache = f"_v{next(self._ids)}", self._callable(site)
+        return f"({cache}[{v}] if ({v} := {value}) in {cache} else {self._callable(resolve)}({v}))"
+
+    def _inlinable(self, name: str, seen: set) -> bool:
+        """Whether the object `name` can be written in its user's code: it exists, is not
+        being inlined already, and neither it nor what it embeds loops or names an object by
+        an expression (those need their own function and a context holding `$with`)."""
+        if name in seen or name in self._inlining or name not in self.raw_objects:
+            return False
+        return self._flat(self.raw_objects[name], seen | {name})
+
+    def _flat(self, node: Any, seen: set) -> bool:
+        if isinstance(node, list):
+            return all(self._flat(v, seen) for v in node)
+        if not isinstance(node, dict):
+            return True
+        if "$for" in node:
+            return False
+        if "$object" in node:
+            inner = node["$object"]
+            return isinstance(inner, str) and "{{" not in inner and self._inlinable(inner, seen) \
+                and all(self._flat(v, seen) for v in (node.get("$with") or {}).values())
+        return all(self._flat(v, seen) for v in node.values())
+
+    def _inline(self, name: str, extra: dict, where: str) -> Gen:
+        """The object's code in place, each `$with` value computed first into a local."""
+        raw, binds, subst = self.raw_objects[name], [], dict(self._subst)
+        for var, node in extra.items():
+            local, at = f"_wv{next(self._ids)}", f"{where}.$with.{var}"
+            if isinstance(node, (list, dict)) and self._used_whole(raw, var, set()):
+                gen = self.gen(node, at)
+                if not gen.omittable:
+                    binds.append(f"({local} := {gen.code})")
+                    subst[var] = (local, True)
+                    continue
+            binds.append(f"({local} := {self.value_code(node, at)})")
+            subst[var] = (local, False)
+        outer, self._subst = self._subst, subst
+        self._inlining.add(name)
+        try:
+            gen = self.gen(raw, f"objects.{name}")
+        finally:
+            self._subst = outer
+            self._inlining.discard(name)
+        if not binds or gen.const is not None:
+            return gen
+        return Gen(f"({', '.join(binds)}, {gen.code})[-1]", omittable=gen.omittable)
 
     def _with_code(self, target: str | None, var: str, node: Any, where: str) -> str:
         """A `$with` value. A list or mapping the target object only writes out whole

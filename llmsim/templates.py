@@ -121,9 +121,10 @@ class Compiler:
         """`node`'s value by generated code, backed by the closure."""
         return self.codegen.value_function(node, where, fallback=self.value(node, where))
 
-    def json_writer(self, node: Any, where: str) -> Callable[[dict], bytes | None]:
-        """`node`'s JSON bytes writer: generated code, backed by the closure writer."""
-        return self.codegen.writer(node, where, fallback=self.json.value(node, where))
+    def json_writer(self, node: Any, where: str, name: str | None = None) -> Callable[[dict], bytes | None]:
+        """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
+        object `name`'s, when given: other writers call or inline it)."""
+        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()
@@ -312,10 +313,11 @@ class TemplateSet:
                    for obj in (doc.get("objects") or {})}
         compiler = Compiler(self.objects, {obj: value for obj, (_, value) in pending.items()})
         compiler.codegen.bound |= set().union(*(bound_names(doc) for _, doc in raw.values()))
-        for obj, (path, value) in pending.items():
+        for obj, (path, value) in pending.items():       # each checked on its own first,
             self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
             compiler.json.objects[obj] = compiler.json.value(value, f"{path}: objects.{obj}")
-            compiler.codegen.objects[obj] = compiler.json_writer(value, f"{path}: objects.{obj}")
+        for obj, (path, value) in pending.items():       # ... before others inline it
+            compiler.json_writer(value, f"{path}: objects.{obj}", name=obj)
         self.templates: dict[str, Template] = {}
         for name, (path, doc) in raw.items():
             body = body_json = stream = None

@@ -1,5 +1,7 @@
 """Templates are compiled twice: to values and straight to JSON bytes. Whatever a template
-renders, the bytes on the wire are exactly the serialised value (keys, order, omitted keys)."""
+renders, the bytes on the wire are exactly the serialised value (keys, order, omitted keys).
+The JSON writers are generated code backed by closures; here they run unguarded, so each
+byte comes from the generated code itself."""
 from __future__ import annotations
 
 import orjson
@@ -10,8 +12,10 @@ from llmsim import plan as planning
 from llmsim.clock import FakeClock
 from llmsim.errors import InvalidRequestError
 from llmsim.jsonbytes import dumps
+from llmsim.jsoncodegen import JsonCodegen
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
+from llmsim.templates import TemplateSet
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -40,7 +44,20 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def sim():
-    return Simulator.load(Settings(profile="instant", seed=7, target_tokens=12), FakeClock())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(JsonCodegen, "GUARDED", False)
+        return Simulator.load(Settings(profile="instant", seed=7, target_tokens=12), FakeClock())
+
+
+@pytest.fixture
+def compile_one(tmp_path, monkeypatch):
+    """A one-file template set, its generated writers unguarded."""
+    monkeypatch.setattr(JsonCodegen, "GUARDED", False)
+
+    def compile_text(text: str):
+        (tmp_path / "t.yaml").write_text(text)
+        return TemplateSet(tmp_path)["t"]
+    return compile_text
 
 
 @pytest.mark.parametrize("body", RESPONSES, ids=lambda b: b["model"] + "-" + str(len(b)))
@@ -71,3 +88,43 @@ def test_stream_events_decode_to_objects_in_template_order(sim):
     assert all(e.json == orjson.dumps(e.data) for e in events)
     assert list(events[0].data) == ["type", "sequence_number", "response"]
 
+
+
+@pytest.mark.parametrize("body", CHATS, ids=lambda b: b["model"] + "-" + str(len(b)))
+def test_chat_stream_events_are_written_by_the_generated_code(sim, body):
+    body = {**body, "stream": True}
+    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+    events = [e for e in sim.templates["chat"].events(plan=plan, req=body) if not e.raw]
+    assert events and all(e.data["object"] == "chat.completion.chunk" for e in events)
+
+
+def test_an_object_written_in_place_sees_its_with_values_whole_and_in_expressions(compile_one):
+    t = compile_one("""
+objects:
+  chunk:
+    id: "{{ id }}"
+    choices: "{{ choices }}"
+    next: "{{ k + 1 }}"
+    label: "k={{ k }}"
+    inner: {$object: inner, $with: {k: "{{ k * 10 }}"}}
+  inner: {k: "{{ k }}", id: "{{ id }}"}
+body: {$object: chunk, $with: {choices: [{text: "{{ text }}"}], k: "{{ base }}"}}
+""")
+    written = t.body_json(id="c1", text="hé", base=2)
+    assert written == dumps(t.body(id="c1", text="hé", base=2))
+    assert orjson.loads(written) == {"id": "c1", "choices": [{"text": "hé"}], "next": 3, "label": "k=2",
+                                     "inner": {"k": 20, "id": "c1"}}
+
+
+def test_an_object_named_by_an_expression_is_the_one_each_value_names(compile_one):
+    t = compile_one("""
+objects:
+  kind_a: {a: "{{ v }}"}
+  kind_1: {one: "{{ v }}"}
+  kind_True: {flag: "{{ v }}"}
+body: {$for: "v in values", $do: {$object: "kind_{{ v }}"}}
+""")
+    values = ["a", 1, "a", True, 1]
+    written = t.body_json(values=values)
+    assert written == dumps(t.body(values=values))
+    assert orjson.loads(written) == [{"a": "a"}, {"one": 1}, {"a": "a"}, {"flag": True}, {"one": 1}]
