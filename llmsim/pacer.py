@@ -58,6 +58,8 @@ class _Rest:
 
 class PacedStream:
     """One stream: its events, when it began, how it writes; `done` resolves when it ends."""
+    __slots__ = ("events", "start", "write", "keepalive", "lateness", "clock", "context", "done",
+                 "pending", "stepped", "first_wait", "keepalive_at", "closed")
 
     def __init__(self, events: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
@@ -171,15 +173,21 @@ class Pacer:
 
     def _fire(self) -> None:
         self.timer, self.timer_at = None, float("inf")
-        heap = self.heap
+        heap, order = self.heap, self.order
         now = self.loop.time()      # the timers' own clock: never ahead of Clock.now (no early write)
         while heap and heap[0][0] <= now:
-            _, _, stream = heapq.heappop(heap)
-            if stream.closed:
-                continue
-            following = stream.context.run(stream.step, now)
-            if following is not None:
-                heapq.heappush(heap, (following, next(self.order), stream))
+            entry = heap[0]
+            stream = entry[2]
+            following = None if stream.closed else stream.context.run(stream.step, now)
+            if heap[0] is not entry:    # the step added a stream due before it (no known path)
+                heap.remove(entry)
+                heapq.heapify(heap)
+                if following is not None:
+                    heapq.heappush(heap, (following, next(order), stream))
+            elif following is None:
+                heapq.heappop(heap)
+            else:                       # back in its place for its next write, in one sift
+                heapq.heapreplace(heap, (following, next(order), stream))
         if heap:
             self.timer_at = max(heap[0][0], now + self.resolution)
             self.timer = self.loop.call_at(self.timer_at, self._fire)

@@ -27,11 +27,15 @@ def json_response(body, status: int = 200, headers: dict | None = None) -> Respo
     return Response(content, status_code=status, media_type=JSON, headers=headers)
 
 
+_HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start
+
+
 def sse_frame(event: Event) -> bytes:
     data = event.data.encode() if event.raw else event.json
-    if event.name:
-        return b"event: " + event.name.encode() + b"\ndata: " + data + b"\n\n"
-    return b"data: " + data + b"\n\n"
+    head = _HEADS.get(event.name)
+    if head is None:
+        head = _HEADS[event.name] = b"event: " + event.name.encode() + b"\ndata: "
+    return head + data + b"\n\n"
 
 
 async def due_batches(events: Iterable[Event], start: float, clock: Clock,
@@ -63,6 +67,8 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock,
 
 def sse_chunk(batch: list[Event], clock: Clock) -> bytes:
     """The SSE bytes of a batch of events; an empty batch is a keep-alive comment line."""
+    if len(batch) == 1:
+        return sse_frame(batch[0])
     if batch:
         return b"".join(map(sse_frame, batch))
     return b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
