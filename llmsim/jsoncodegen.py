@@ -120,6 +120,7 @@ class JsonCodegen:
                 return fast(ctx)
             except Exception:       # the closure writer answers, or names the template error
                 return fallback(ctx)
+        write.fast = fast           # for generated code that catches the exception itself
         return write
 
     def value_function(self, node: Any, where: str, fallback: Callable[[dict], Any]) -> Callable[[dict], Any]:
@@ -137,6 +138,7 @@ class JsonCodegen:
                 return fast(ctx)
             except Exception:
                 return fallback(ctx)
+        value.fast = fast
         return value
 
     def _scoped(self, node: Any, where: str) -> tuple[Gen, set[str]]:

@@ -18,7 +18,9 @@ one generated function they are plain Python loops, e.g. (roughly)
 A loop's variables live in one dict per loop, made when the loop starts and updated for each
 item: every value an event needs (its JSON, its time) is computed before the event is yielded,
 so nothing keeps a context past its event. The expressions, tests and JSON writers called are
-the ones `templates.Compiler` checked and compiled (generated code backed by closures).
+the ones `templates.Compiler` checked and compiled (generated code backed by closures); an
+event's time and JSON call the generated code straight, in a `try` whose `except` calls the
+guarded function (the same value, or the precise template error).
 """
 from __future__ import annotations
 
@@ -80,12 +82,22 @@ class StepCodegen:
                 self._block(step["else"], f"{where}.else", ctx, depth + 1, lines)
             return
         if "at" in step:
-            lines.append(f"{pad}_at = {self._ref(compiler.fast(step['at'], f'{where}.at'))}({ctx})")
+            self._call("_at", compiler.fast(step["at"], f"{where}.at"), ctx, pad, lines)
         name = step.get("event")
         if "raw" in step:
             lines.append(f"{pad}yield Event({name!r}, {step['raw']!r}, _at, True)")
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
-        write = self._ref(compiler.json_writer(step.get("data"), f"{where}.data"))
-        lines += [f"{pad}{ctx}['seq'] = _seq", f"{pad}_seq += 1",
-                  f"{pad}yield Event({name!r}, None, _at, False, {write}({ctx}))"]
+        lines += [f"{pad}{ctx}['seq'] = _seq", f"{pad}_seq += 1"]
+        self._call("_json", compiler.json_writer(step.get("data"), f"{where}.data"), ctx, pad, lines)
+        lines.append(f"{pad}yield Event({name!r}, None, _at, False, _json)")
+
+    def _call(self, target: str, f: Callable, ctx: str, pad: str, lines: list[str]) -> None:
+        """`target = f(ctx)`: the generated code behind a guarded `f` called straight, and `f`
+        itself (its fallback: the value, or the precise template error) only if that raises."""
+        fast = getattr(f, "fast", None)
+        if fast is None:
+            lines.append(f"{pad}{target} = {self._ref(f)}({ctx})")
+            return
+        lines += [f"{pad}try:", f"{pad}    {target} = {self._ref(fast)}({ctx})",
+                  f"{pad}except Exception:", f"{pad}    {target} = {self._ref(f)}({ctx})"]
