@@ -199,7 +199,9 @@ class JsonCodegen:
                 if native is not None:
                     code = native[0]
                     for name in native[1]:
-                        code = re.sub(rf"\b_n_{name}\b", lambda _, v=self._var(name): v, code)
+                        read = self._var(name)
+                        if read != f"_n_{name}":        # a `$with` variable of an inlined object
+                            code = re.sub(rf"\b_n_{name}\b", lambda _, read=read: read, code)
                     return f"({code})"
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
