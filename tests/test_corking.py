@@ -5,6 +5,7 @@ when the client leaves the stream ends at once."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import uvicorn
@@ -12,6 +13,7 @@ from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
 from llmsim.corking import CorkedHttpToolsProtocol
+from llmsim.fastpath import RECEIVED_AT
 from llmsim.templates import Event
 from llmsim.transport import Paced, SSEResponse
 
@@ -149,3 +151,31 @@ async def test_streams_due_together_each_leave_before_the_next_is_rendered():
     # a stream draws its next event (here 1) while writing the due one (0)
     due_together = order[order.index("draw a1"):order.index("draw a1") + 4]
     assert due_together == ["draw a1", "write a", "draw b1", "write b"]
+
+
+async def test_a_request_read_behind_a_slow_one_is_stamped_before_the_slow_one_is_handled():
+    """Requests that arrive together start their simulated time together: a request whose
+    read comes after another's (here: the next callback of the loop, as the next read of
+    sockets would) is stamped before that other request's handling blocks the loop."""
+    received: dict[str, float] = {}
+
+    async def app(scope, receive, send):
+        received[scope["path"]] = scope["extensions"][RECEIVED_AT]
+        if scope["path"] == "/slow":
+            time.sleep(0.05)            # a handler that holds the loop
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, lifespan="off", log_level="warning")
+    loop = asyncio.get_running_loop()
+    protocols = []
+    for path in ("/slow", "/next"):
+        protocol = CorkedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={},
+                                           _loop=loop)
+        protocol.connection_made(Transport())
+        protocols.append((protocol, f"GET {path} HTTP/1.1\r\nHost: sim\r\n\r\n".encode()))
+    slow, following = protocols
+    slow[0].data_received(slow[1])
+    loop.call_soon(following[0].data_received, following[1])
+    await asyncio.sleep(0.1)
+    assert received["/next"] - received["/slow"] < 0.01
