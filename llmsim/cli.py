@@ -96,14 +96,20 @@ def serve(settings: Settings) -> int:
     """Run the server: one process, or `--workers N` processes sharing the port, the
     embedded store (a temp LMDB directory unless `--store` names one) and stats snapshots."""
     import uvicorn
+    from uvicorn.server import STARTUP_FAILURE
 
     with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch:
         settings = _shared_paths(settings, Path(scratch))
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
-                       access_log=False, lifespan="on", http=http_protocol())
+                       access_log=False, lifespan="on", http=http_protocol(),
+                       loop="llmsim.accepting:new_event_loop")
         if settings.workers == 1:
             from llmsim.app import create_app
-            uvicorn.run(create_app(settings), **options)   # bad settings fail before it listens
+            config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
+            server = uvicorn.Server(config)
+            server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.accepting
+            if not server.started:
+                return STARTUP_FAILURE
         else:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
@@ -114,8 +120,8 @@ def serve(settings: Settings) -> int:
 
 def run_workers(config, reuse_port: bool) -> None:
     """uvicorn's process manager. By default the workers share one listening socket, and
-    whichever wakes first accepts every connection waiting (uvicorn's behaviour: a burst of
-    100 streams lands on one worker). With `reuse_port`, each worker listens on its own
+    whichever wakes first accepts the connections waiting (llmsim.accepting: most of a burst
+    of 100 streams lands on one worker). With `reuse_port`, each worker listens on its own
     SO_REUSEPORT socket (llmsim.listening) and the kernel spreads connections evenly: better
     when each worker has a core to itself; measured worse on 2 cores shared with the client
     (the idle worker's core was the client's)."""

@@ -2,9 +2,9 @@
 connections over them.
 
 With one socket shared by every `--workers` process (uvicorn's way, our default), whichever
-process wakes first accepts every connection waiting (uvloop accepts until none is left):
-100 streams opened at once land on one worker while the other idles. Sockets bound to the
-same address with SO_REUSEPORT each get their own share of new connections instead.
+process wakes first accepts the connections waiting (up to `accepting.ACCEPT_BATCH`): most
+of 100 streams opened at once land on one worker while the other idles. Sockets bound to
+the same address with SO_REUSEPORT each get their own share of new connections instead.
 
 The supervisor binds a `WorkerSocket` (never listening, it holds the address) and hands it
 to uvicorn's process manager; a worker receives it by unpickling, which binds a socket of
