@@ -89,6 +89,7 @@ class Observer:
                 await self.app(scope, receive, send)
             finally:
                 self.collector.stopped()
+                self.stats.stopped()
 
     async def _http(self, scope, receive, send, path: str):
         ex = Exchange(self.request_id(scope), "http", scope["method"], path, self.endpoint(path),

@@ -309,3 +309,36 @@ def test_percentiles_track_the_values_observed():
     for q in (0.5, 0.9, 0.99):
         exact = values[int(q * len(values))]
         assert statsview.quantile(merged["lateness"], q) == pytest.approx(exact, rel=0.02)
+
+
+async def test_a_slow_snapshot_write_does_not_hold_the_workers_streams(tmp_path, monkeypatch):
+    """Under --workers the snapshot file is written off the event loop: while the write
+    waits (as a rename waits on a disk that discards freed blocks), the loop runs on."""
+    import threading
+
+    from llmsim import stats as stats_module
+
+    release = threading.Event()
+    loop_ran_during_write: list[bool] = []
+    progress = [0]
+
+    def slow_write(path, data):
+        before = progress[0]
+        release.wait(timeout=2)          # on the loop, this would wait the full 2 s
+        loop_ran_during_write.append(progress[0] > before)
+        path.write_bytes(data)
+
+    monkeypatch.setattr(stats_module, "write_snapshot", slow_write)
+    stats = stats_module.Stats(share_dir=str(tmp_path))
+    stats.serving()
+    for _ in range(20):
+        progress[0] += 1
+        await asyncio.sleep(0)
+    release.set()
+    for _ in range(200):
+        if loop_ran_during_write:
+            break
+        await asyncio.sleep(0.01)
+    stats.stopped()
+    assert loop_ran_during_write == [True]
+    assert (tmp_path / f"{__import__('os').getpid()}.json").exists()
