@@ -1,4 +1,4 @@
-"""An event loop that accepts every waiting connection at once (uvicorn's `loop` factory).
+"""An event loop that accepts waiting connections in batches (uvicorn's `loop` factory).
 
 libuv, under uvloop, accepts one connection per loop iteration (libuv/libuv#3696): of 100
 streams opened together, the last waits for 99 iterations of a loop that meanwhile reads and
@@ -8,10 +8,14 @@ written every request, and those requests' simulated time started that late (TTF
 200 ms stream: 218-231 ms, against 205 ms once accepted at once).
 
 `AcceptingLoop` is uvloop's loop whose `create_server(sock=...)` watches the listening
-socket itself and, each time it is readable, accepts what is waiting (up to
-`ACCEPT_BATCH`) before handing every connection to uvloop's transports. Other servers
-(host/port, TLS, Unix sockets) are uvloop's own; `llmsim serve` always passes a socket.
-Without uvloop, asyncio's own loop already accepts in batches.
+socket itself and, each time it is readable, accepts a batch before handing every
+connection to uvloop's transports. A process alone on its socket (one worker, or
+`--reuse-port`) takes every connection waiting; processes sharing one socket each take
+half of those waiting (the kernel reports the queue's length), so a burst is split between
+workers instead of landing whole on the first to wake (wrk's 64 connections: 64/0 when
+taking all, 24-40 when taking half) and is still accepted within a few iterations. Other
+servers (host/port, TLS, Unix sockets) are uvloop's own; `llmsim serve` always passes a
+socket. Without uvloop, asyncio's own loop accepts in batches of its own.
 
 The loop factory also makes room for connections in its process: the soft limit on open
 files is raised to the hard one, and the descriptor table is sized once for
@@ -26,10 +30,13 @@ import asyncio
 import os
 import resource
 import socket
+import struct
 
-ACCEPT_BATCH = 64
-"""Connections one readiness event accepts. Several workers share one listening socket and
-each wakes for it: a bound on the batch lets another worker take part of a large burst."""
+ACCEPT_BATCH = 128
+"""At most this many connections accepted per readiness event."""
+
+SHARED_BATCH = 8
+"""Per readiness event on a shared socket whose queue length the kernel does not report."""
 
 DESCRIPTOR_TABLE = 16384
 """Descriptors the table is sized for at start-up (at most the soft limit): 128 KB of kernel
@@ -45,22 +52,33 @@ except ImportError:                     # asyncio's loop accepts in batches alre
     uvloop = None
 else:
     class AcceptingLoop(uvloop.Loop):
+        shared_socket = False       # other processes accept from the same listening socket
+
         async def create_server(self, protocol_factory, host=None, port=None, *, sock=None,
                                 ssl=None, backlog=100, start_serving=True, **kwargs):
             if sock is None or ssl is not None or sock.family == socket.AF_UNIX or kwargs:
                 return await super().create_server(protocol_factory, host, port, sock=sock, ssl=ssl,
                                                    backlog=backlog, start_serving=start_serving,
                                                    **kwargs)
-            server = AcceptingServer(self, protocol_factory, sock, backlog)
+            server = AcceptingServer(self, protocol_factory, sock, backlog, self.shared_socket)
             if start_serving:
                 await server.start_serving()
             return server
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvicorn's loop setting `llmsim.accepting:new_event_loop`; makes room for connections."""
+    """uvicorn's loop setting `llmsim.accepting:new_event_loop`, for a process alone on its
+    listening socket; makes room for connections."""
     make_room_for_connections()
     return asyncio.new_event_loop() if uvloop is None else AcceptingLoop()
+
+
+def new_shared_event_loop() -> asyncio.AbstractEventLoop:
+    """`llmsim.accepting:new_shared_event_loop`: for workers sharing one listening socket."""
+    loop = new_event_loop()
+    if uvloop is not None:
+        loop.shared_socket = True
+    return loop
 
 
 def make_room_for_connections(table: int = DESCRIPTOR_TABLE) -> None:
@@ -88,8 +106,10 @@ def make_room_for_connections(table: int = DESCRIPTOR_TABLE) -> None:
 class AcceptingServer(asyncio.AbstractServer):
     """A listening socket whose waiting connections are accepted in one go."""
 
-    def __init__(self, loop, protocol_factory, sock: socket.socket, backlog: int):
+    def __init__(self, loop, protocol_factory, sock: socket.socket, backlog: int,
+                 shared: bool = False):
         self._loop = loop
+        self._batch = self._half_of_waiting if shared else (lambda: ACCEPT_BATCH)
         self._protocol_factory = protocol_factory
         self._sock = sock
         self._backlog = backlog
@@ -135,7 +155,7 @@ class AcceptingServer(asyncio.AbstractServer):
 
     def _accept_waiting(self) -> None:
         accept = self._sock.accept
-        for _ in range(ACCEPT_BATCH):
+        for _ in range(self._batch()):
             try:
                 conn, _address = accept()
             except (BlockingIOError, InterruptedError):
@@ -150,6 +170,16 @@ class AcceptingServer(asyncio.AbstractServer):
                 self._loop.connect_accepted_socket(self._protocol_factory, conn))
             self._connecting.add(task)
             task.add_done_callback(self._connected)
+
+    def _half_of_waiting(self) -> int:
+        """Half the connections waiting in the shared socket's queue (at least one): the
+        other workers, woken too, take theirs; one left alone drains it in log2(n) steps."""
+        try:   # a listening socket's tcp_info reports its accept queue's length as `unacked`
+            info = self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+            waiting = struct.unpack_from("I", info, 24)[0]
+        except (AttributeError, OSError, struct.error):
+            return SHARED_BATCH
+        return min(ACCEPT_BATCH, max(1, (waiting + 1) // 2))
 
     def _connected(self, task: asyncio.Task) -> None:
         self._connecting.discard(task)

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llmsim import listening
 from llmsim.errors import ConfigError
 from llmsim.settings import Settings, for_worker, to_worker_environ
 
@@ -57,9 +58,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
     serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
-    serve.add_argument("--reuse-port", action="store_true", default=None,
+    serve.add_argument("--reuse-port", action=argparse.BooleanOptionalAction, default=None,
                        help="with --workers: each worker listens on its own SO_REUSEPORT socket, so "
-                       "the kernel spreads bursts of connections evenly over them")
+                       "the kernel spreads bursts of connections over them (default: on where "
+                       "supported; --no-reuse-port shares one socket)")
     return p
 
 
@@ -113,6 +115,8 @@ def serve(settings: Settings) -> int:
         else:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
+            if not (settings.reuse_port and listening.reuse_port_supported()):
+                options["loop"] = "llmsim.accepting:new_shared_event_loop"
             run_workers(uvicorn.Config("llmsim.cli:worker_app", factory=True, workers=settings.workers,
                                        **options), settings.reuse_port)
     return 0
@@ -120,14 +124,11 @@ def serve(settings: Settings) -> int:
 
 def run_workers(config, reuse_port: bool) -> None:
     """uvicorn's process manager. By default the workers share one listening socket, and
-    whichever wakes first accepts the connections waiting (llmsim.accepting: most of a burst
-    of 100 streams lands on one worker). With `reuse_port`, each worker listens on its own
-    SO_REUSEPORT socket (llmsim.listening) and the kernel spreads connections evenly: better
-    when each worker has a core to itself; measured worse on 2 cores shared with the client
-    (the idle worker's core was the client's)."""
+    each takes half of the connections waiting when it wakes (llmsim.accepting). With
+    `reuse_port` (the default), each worker listens on its own SO_REUSEPORT socket
+    (llmsim.listening), the kernel spreads connections over them and each worker accepts
+    all of its own at once: measured best for bursts of streams and as good for wrk."""
     from uvicorn.supervisors import Multiprocess
-
-    from llmsim import listening
     if reuse_port and listening.reuse_port_supported():
         sock = listening.worker_socket(config.host, config.port)
     else:

@@ -1,10 +1,11 @@
 """`--reuse-port`: one listening socket per worker process, so the kernel spreads
 connections over them.
 
-With one socket shared by every `--workers` process (uvicorn's way, our default), whichever
-process wakes first accepts the connections waiting (up to `accepting.ACCEPT_BATCH`): most
-of 100 streams opened at once land on one worker while the other idles. Sockets bound to
-the same address with SO_REUSEPORT each get their own share of new connections instead.
+With one socket shared by every `--workers` process (uvicorn's way, our default), each
+worker that wakes for it takes half of the connections waiting (llmsim.accepting), so how
+a burst is split depends on which wakes when. Sockets bound to the same address with
+SO_REUSEPORT each get their own share of new connections instead (by a hash of the
+connection's addresses).
 
 The supervisor binds a `WorkerSocket` (never listening, it holds the address) and hands it
 to uvicorn's process manager; a worker receives it by unpickling, which binds a socket of

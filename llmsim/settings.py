@@ -56,7 +56,7 @@ class Settings:
     store_max_entries: int = 10000      # stored responses (and conversations) kept
     store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
     workers: int = 1                    # server processes sharing the port
-    reuse_port: bool = False            # --workers: each worker on its own SO_REUSEPORT socket
+    reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
 
     @property
     def templates_dir(self) -> Path:

@@ -86,3 +86,32 @@ def test_the_soft_limit_on_open_files_is_raised_to_the_hard_one():
             pytest.skip("the hard limit is 1024 or less")
     accepting.make_room_for_connections(table=64)
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+
+
+@uvloop_only
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="the kernel does not report queue lengths")
+def test_a_worker_sharing_its_socket_takes_half_of_the_connections_waiting():
+    """With --no-reuse-port the workers share one socket: each wakes and takes half, so a
+    burst is split between them rather than landing whole on the first to wake."""
+    loop = accepting.new_shared_event_loop()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+
+    made: list[int] = []
+
+    async def main() -> int:
+        server = await loop.create_server(lambda: Recorded(made, [0]), sock=listener,
+                                          start_serving=False)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(40)]
+        listener.setblocking(False)
+        server._accept_waiting()            # one wake-up, as the loop would call it
+        for _ in range(5):
+            await asyncio.sleep(0)
+        for client in clients:
+            client.close()
+        server.close()
+        return len(made)
+
+    try:
+        assert loop.run_until_complete(main()) == 20
+    finally:
+        loop.close()

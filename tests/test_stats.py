@@ -266,11 +266,10 @@ def test_counts_are_merged_across_workers(live_server_factory):
     assert all(line in metrics for line in expected)
 
 
-async def test_with_reuse_port_connections_opened_at_once_are_spread_over_the_workers(
-        live_server_factory, tmp_path):
-    """Each worker listens on its own socket: a burst of 40 streams does not all land on the
-    worker that woke first (they do, 39-40 of 40, with one shared socket)."""
-    server = live_server_factory("--ttft-ms", "3000", "--workers", "2", "--reuse-port",
+async def test_connections_opened_at_once_are_spread_over_the_workers(live_server_factory, tmp_path):
+    """By default each worker listens on its own socket: a burst of 40 streams does not all
+    land on the worker that woke first."""
+    server = live_server_factory("--ttft-ms", "3000", "--workers", "2",
                                  "--stats-dir", str(tmp_path))
     body = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}'
     request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
