@@ -134,3 +134,15 @@ def test_serve_with_an_unknown_profile_exits_listing_the_profiles():
 def test_serve_with_a_missing_config_file_exits_naming_it(tmp_path):
     result = serve("--config", str(tmp_path / "absent.yaml"))
     assert result.returncode != 0 and "absent.yaml" in result.stderr
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_workers_share_their_stats_through_memory_and_their_store_on_disk(tmp_path):
+    """Stats snapshots are replaced four times a second: they live in tmpfs, never on a disk
+    whose freed blocks are discarded; the store keeps to the scratch directory on disk."""
+    from pathlib import Path
+
+    from llmsim.cli import _memory_dir, _shared_paths
+    settings = _shared_paths(Settings(workers=2), tmp_path, Path(_memory_dir()) / "x")
+    assert settings.stats_dir.startswith("/dev/shm/")
+    assert settings.store == f"lmdb:{tmp_path / 'store.lmdb'}"
