@@ -185,8 +185,9 @@ def _memory_dir() -> str | None:
 
 
 def _shared_paths(settings: Settings, scratch: Path, stats_scratch: Path | None = None) -> Settings:
-    """What every process of one server shares: the embedded store file and, with workers,
-    the stats snapshot directory (both in this server's scratch directory unless set)."""
+    """What every process of one server shares, unless set: the embedded store file (in the
+    scratch directory) and, with workers, the stats snapshot directory (in `stats_scratch`,
+    in memory where there is one)."""
     changes = {}
     if settings.store is None:
         changes["store"] = f"lmdb:{scratch / 'store.lmdb'}"

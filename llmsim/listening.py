@@ -1,7 +1,7 @@
-"""`--reuse-port`: one listening socket per worker process, so the kernel spreads
-connections over them.
+"""`--reuse-port` (the default with `--workers`): one listening socket per worker process,
+so the kernel spreads connections over them.
 
-With one socket shared by every `--workers` process (uvicorn's way, our default), each
+With one socket shared by every `--workers` process (uvicorn's way, `--no-reuse-port`), each
 worker that wakes for it takes half of the connections waiting (llmsim.accepting), so how
 a burst is split depends on which wakes when. Sockets bound to the same address with
 SO_REUSEPORT each get their own share of new connections instead (by a hash of the
