@@ -28,7 +28,7 @@ MODEL_HISTOGRAMS = ("ttft", "itl", "e2e")
 def gather(stats: Stats) -> dict:
     snapshots = [stats.snapshot()]
     if stats.share_dir is not None and stats.share_dir.is_dir():
-        own = f"{os.getpid()}.json"
+        own = stats.share_path().name
         for path in stats.share_dir.glob("*.json"):
             if path.name == own:
                 continue
