@@ -110,7 +110,10 @@ def serve(settings: Settings) -> int:
             from llmsim.app import create_app
             config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
             server = uvicorn.Server(config)
-            server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.accepting
+            try:
+                server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.accepting
+            except KeyboardInterrupt:   # uvicorn re-raises Ctrl-C once it has shut down
+                pass
             if not server.started:
                 return STARTUP_FAILURE
         else:
