@@ -19,6 +19,7 @@ from connexion import AsyncApp  # noqa: E402
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
 from connexion.middleware import MiddlewarePosition
+from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
@@ -104,8 +105,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return render_error(ServerError("The server had an error while processing your request."))
 
+    # The document is served (`/openai/v1/openapi.json`); the Swagger UI is not (an extra).
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
-                   swagger_ui_options=None)
+                   swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
     # Outermost: sees every HTTP request and WebSocket connection (stats, headers, logs).
     app.add_middleware(Observer, position=MiddlewarePosition.BEFORE_EXCEPTION, sim=sim)
     guard.install(app, settings=settings, base_paths=BASE_PATHS,

@@ -26,3 +26,9 @@ def test_ctrl_c_exits_zero_without_a_traceback(workers):
     assert code == 0, output
     assert "Traceback" not in output
 
+
+def test_start_up_prints_only_uvicorn_info_lines():
+    server = LiveServer("--profile", "instant")
+    server.stop()
+    lines = [line for line in server.proc.stdout.read().decode().splitlines() if line.strip()]
+    assert lines and all(line.startswith("INFO:") for line in lines), lines
