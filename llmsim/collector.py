@@ -4,22 +4,28 @@ Start-up (modules, spec, schemas, templates: ~70k objects) lives as long as the 
 so it is frozen: no collection walks it again.
 
 Requests leave no cyclic garbage (refcounting frees it all: over W5 runs of 1,000 paced
-streams no generation collected a single object), yet CPython starts a full collection each
-time the objects that outlived two young collections grow by a quarter. Streams are such
-objects, so with 1,000 of them open a full collection walks them all: 30-60 ms in which
-no stream of the process writes (measured with `gc.callbacks`), several times a run.
+streams no generation collected a single object), yet CPython's default policy walks them:
+- a young collection each time 700 more container objects are alive than at the last one.
+  One Responses request holds hundreds at once, so under wrk a young collection ran every
+  2-3 ms and took 6-10% of the CPU of W2/W4 (measured with `gc.callbacks`). Here a young
+  collection waits for `YOUNG` (10,000): none in a 6 s W4 run, ~14 while 1,000 paced
+  streams open, each under ~3 ms;
+- a middle collection every 10 young ones, walking every survivor: with 1,000 streams open,
+  20-27 ms in which no stream of the process writes. None starts on its own here;
+- a full collection when survivors grow by a quarter: 30-60 ms with 1,000 streams. None
+  starts on its own here either.
 
-So full collections never start on their own here. One runs when the process goes quiet
-(its last request in flight ended, and young collections promoted something since the last
+What young collections leave waits for a full collection, which runs when the process
+goes quiet (its last request in flight ended, and a young collection ran since the last
 one), at most once per `quiet_gap`; under load that never goes quiet, once per `max_wait`.
-Young collections stay automatic (pauses under 5 ms with 1,000 streams).
 """
 from __future__ import annotations
 
 import gc
 from typing import Callable
 
-NEVER = 2**31 - 1       # the third threshold: young collections between full ones
+NEVER = 2**31 - 1       # a threshold never reached: that generation waits for a full pass
+YOUNG = 10_000          # container objects allocated (net) between young collections
 
 
 class Collector:
@@ -35,12 +41,12 @@ class Collector:
         self._thresholds: tuple[int, int, int] | None = None
 
     def serving(self, now: float) -> None:
-        """Start-up is over: collect and freeze what it left; no more automatic full collections."""
+        """Start-up is over: collect and freeze what it left; young collections every `YOUNG`
+        objects, and no other collection starts on its own."""
         self.gc.collect()
         self.gc.freeze()
         self._thresholds = self.gc.get_threshold()
-        young, middle, _ = self._thresholds
-        self.gc.set_threshold(young, middle, NEVER)
+        self.gc.set_threshold(YOUNG, NEVER, NEVER)
         self.last_full = now
 
     def stopped(self) -> None:
@@ -55,12 +61,18 @@ class Collector:
         waited = now - self.last_full
         if self.pending or waited < self.quiet_gap:
             return
-        if waited >= self.max_wait or (in_flight == 0 and self.gc.get_count()[2]):
+        if waited >= self.max_wait or (in_flight == 0 and self._young_collected()):
             self.last_full, self.pending = now, True
             if self.schedule is None:
                 self._collect()
             else:
                 self.schedule(self._collect)
+
+    def _young_collected(self) -> bool:
+        """A collection ran since the last full one (`get_count()`: young collections since
+        the last middle one, middle ones since the last full one)."""
+        _, young_runs, middle_runs = self.gc.get_count()
+        return bool(young_runs or middle_runs)
 
     def _collect(self) -> None:
         self.pending = False
