@@ -61,14 +61,14 @@ class Collector:
         waited = now - self.last_full
         if self.pending or waited < self.quiet_gap:
             return
-        if waited >= self.max_wait or (in_flight == 0 and self._young_collected()):
+        if waited >= self.max_wait or (in_flight == 0 and self._collected_since_full()):
             self.last_full, self.pending = now, True
             if self.schedule is None:
                 self._collect()
             else:
                 self.schedule(self._collect)
 
-    def _young_collected(self) -> bool:
+    def _collected_since_full(self) -> bool:
         """A collection ran since the last full one (`get_count()`: young collections since
         the last middle one, middle ones since the last full one)."""
         _, young_runs, middle_runs = self.gc.get_count()

@@ -35,7 +35,7 @@ class FakeGC:
     def set_threshold(self, *threshold):
         self.threshold = threshold
 
-    def get_count(self):       # (allocations, young collections, middle ones) since
+    def get_count(self):       # CPython counts young collections in the middle slot
         return (0, self.promoted, 0)
 
 

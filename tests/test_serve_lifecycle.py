@@ -11,12 +11,15 @@ from conftest import LiveServer
 
 def interrupt(server: LiveServer) -> tuple[int, str]:
     """Ctrl-C, with a kept-alive connection open; the exit code and everything printed."""
-    with httpx.Client(base_url=server.base) as client:
-        reply = client.post("/chat/completions", json={"model": "gpt-4o",
-                                                       "messages": [{"role": "user", "content": "hi"}]})
-        assert reply.status_code == 200
-        server.proc.send_signal(signal.SIGINT)
-        code = server.proc.wait(15)
+    try:
+        with httpx.Client(base_url=server.base) as client:
+            reply = client.post("/chat/completions", json={
+                "model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+            assert reply.status_code == 200
+            server.proc.send_signal(signal.SIGINT)
+            code = server.proc.wait(15)
+    finally:
+        server.stop()             # only if it is still running
     return code, server.proc.stdout.read().decode()
 
 
