@@ -2,6 +2,7 @@
 
     python bench/perf.py                      # full run (~3 minutes), table on stdout
     python bench/perf.py --duration 3 --n 100 # quick development run
+    python bench/perf.py --rounds 3           # W1-W4: median of 3 alternating runs per server
     python bench/perf.py --snapshot           # run llmsim from a copy taken at start (shared tree)
 
 Both servers run on loopback on this machine. W1-W4 use `wrk -t2 -c64 -d10s --latency` with
@@ -145,8 +146,13 @@ class Bench:
                 body_file = self.files / f"{wid}.json"
                 body_file.write_text(json.dumps(doc))
                 self.bodies[wid] = doc
-                self.results[wid] = {name: guarded(self.wrk_one, wid, server, path, doc, body_file, marker)
-                                     for name, server in started.items()} | self.failed
+                runs: dict[str, list[dict]] = {name: [] for name in started}
+                for round_no in range(a.rounds):     # alternate who goes first: drift hits both
+                    servers_now = list(started.items())
+                    for name, server in servers_now if round_no % 2 == 0 else servers_now[::-1]:
+                        runs[name].append(guarded(self.wrk_one, wid, server, path, doc, body_file, marker))
+                rate = "complete_per_s" if stream else "requests_per_s"
+                self.results[wid] = {name: median_run(found, rate) for name, found in runs.items()} | self.failed
                 self.wrk_rows(wid, title, stream)
         finally:
             for server in started.values():
@@ -317,6 +323,15 @@ class Bench:
                 "table": [row.as_dict() for row in self.rows]}
 
 
+def median_run(runs: list[dict], rate: str) -> dict:
+    """The run with the median `rate` of one server's rounds (all its figures come from that
+    run), with every round's rate under "rounds"; n/a when no round measured."""
+    measured = sorted((r for r in runs if "na" not in r and r.get(rate) is not None), key=lambda r: r[rate])
+    if not measured:
+        return runs[0]
+    return {**measured[(len(measured) - 1) // 2], "rounds": [r.get(rate) for r in runs]}
+
+
 def guarded(fn, *args) -> dict:
     """Run one workload on one server; an unexpected failure becomes that cell's n/a."""
     try:
@@ -384,6 +399,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description="llmsim vs @copilotkit/aimock (issue 7)")
     p.add_argument("--duration", type=float, default=10, help="wrk seconds per run (W1-W4)")
     p.add_argument("--warmup", type=float, default=2, help="wrk warm-up seconds before each run (0: none)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="W1-W4 runs per server, alternating which goes first; the median counts")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("--tokens", type=int, default=32, help="reply length for W1-W4")
@@ -434,7 +451,8 @@ def summary_text(doc: dict, rows: list[Row], a, out: Path) -> str:
         f"{m['cpus']} CPUs, loopback, {m['time']}, load average "
         f"{m['load_average_before'][0]:.1f} before / {m['load_average_after'][0]:.1f} after",
         f"W1-W4: wrk -t{a.threads} -c{a.connections} -d{a.duration:g}s --latency after a {a.warmup:g}s warm-up, "
-        f"{a.tokens}-token replies (llmsim --profile instant)",
+        f"{a.tokens}-token replies (llmsim --profile instant)"
+        + (f"; median of {a.rounds} rounds per server, alternating which runs first" if a.rounds > 1 else ""),
         f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens; "
         f"W6: {a.idle_ttft_ms:g} ms TTFT, streams held {a.hold:g}s",
         "", report.render(rows, "peer"), "",
