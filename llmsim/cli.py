@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -94,9 +95,32 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
+class Terminated(BaseException):
+    """SIGTERM: raised where the process is, so that it unwinds (and removes its scratch
+    directories) before it dies of the signal."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
 def serve(settings: Settings) -> int:
     """Run the server: one process, or `--workers N` processes sharing the port, the
-    embedded store (a temp LMDB directory unless `--store` names one) and stats snapshots."""
+    embedded store (a temp LMDB directory unless `--store` names one) and stats snapshots.
+    SIGTERM (uvicorn re-raises it once it has shut down gracefully) ends the process as
+    the signal does, after its scratch directories are removed."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _serve(settings)
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        raise                                   # not reached: the signal ends the process
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.server import STARTUP_FAILURE
 

@@ -1,7 +1,10 @@
-"""`llmsim serve` as a user runs it in a terminal: a quiet start, a clean Ctrl-C."""
+"""`llmsim serve` as a user runs it: a quiet start, a clean Ctrl-C, and nothing left behind
+when it is stopped (its scratch store on disk, its workers' stats in /dev/shm)."""
 from __future__ import annotations
 
+import os
 import signal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -35,3 +38,24 @@ def test_start_up_prints_only_uvicorn_info_lines():
     server.stop()
     lines = [line for line in server.proc.stdout.read().decode().splitlines() if line.strip()]
     assert lines and all(line.startswith("INFO:") for line in lines), lines
+
+
+def scratch_left(tmp: Path) -> list[str]:
+    """The server's scratch directories still there: under its TMPDIR, and (with workers)
+    the stats ones in /dev/shm."""
+    shm = Path("/dev/shm")
+    found = [p.name for p in tmp.glob("llmsim-*") if p.name != "llmsim-tiktoken"]
+    return found + ([p.name for p in shm.glob("llmsim-stats-*")] if shm.is_dir() else [])
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_stopped_server_removes_its_scratch_directories(tmp_path, how, workers):
+    shm_before = scratch_left(tmp_path)
+    server = LiveServer("--profile", "instant", "--workers", workers,
+                        env={"TMPDIR": str(tmp_path), "TIKTOKEN_CACHE_DIR": os.environ.get(
+                            "TIKTOKEN_CACHE_DIR", "/tmp/llmsim-tiktoken")})
+    assert [name for name in scratch_left(tmp_path) if name not in shm_before]   # it made some
+    server.proc.send_signal(how)
+    server.proc.wait(15)
+    assert [name for name in scratch_left(tmp_path) if name not in shm_before] == []
