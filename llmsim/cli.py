@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -124,9 +125,8 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.server import STARTUP_FAILURE
 
-    with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch, \
-            tempfile.TemporaryDirectory(prefix="llmsim-stats-", dir=_memory_dir()) as stats_scratch:
-        settings = _shared_paths(settings, Path(scratch), Path(stats_scratch))
+    with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch, _stats_scratch(settings) as stats_scratch:
+        settings = _shared_paths(settings, Path(scratch), stats_scratch and Path(stats_scratch))
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
                        access_log=False, lifespan="on", http=http_protocol(),
                        loop="llmsim.accepting:new_event_loop")
@@ -209,6 +209,14 @@ def _memory_dir() -> str | None:
     none in 5 runs since."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def _stats_scratch(settings: Settings):
+    """The directory `--workers` processes share stats snapshots in, when they need one
+    (in memory where there is one); a context giving None otherwise."""
+    if settings.workers > 1 and settings.stats_dir is None:
+        return tempfile.TemporaryDirectory(prefix="llmsim-stats-", dir=_memory_dir())
+    return contextlib.nullcontext()
 
 
 def _shared_paths(settings: Settings, scratch: Path, stats_scratch: Path | None = None) -> Settings:
