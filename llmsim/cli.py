@@ -64,6 +64,9 @@ def parser() -> argparse.ArgumentParser:
                        help="with --workers: each worker listens on its own SO_REUSEPORT socket, so "
                        "the kernel spreads bursts of connections over them (default: on where "
                        "supported; --no-reuse-port shares one socket)")
+    serve.add_argument("--pin-workers", action=argparse.BooleanOptionalAction, default=None,
+                       help="with as many --workers as usable CPUs: each worker on a CPU of its "
+                       "own (default: on, where supported)")
     return p
 
 
@@ -232,9 +235,13 @@ def _shared_paths(settings: Settings, scratch: Path, stats_scratch: Path | None 
 
 
 def worker_app():
-    """uvicorn's app factory in each `--workers` process: the settings `serve` handed over."""
+    """uvicorn's app factory in each `--workers` process: the settings `serve` handed over,
+    on a CPU of its own (llmsim.affinity)."""
+    from llmsim import affinity
     from llmsim.app import create_app
-    return create_app(for_worker())
+    settings = for_worker()
+    affinity.pin_worker(settings.workers, settings.pin_workers)
+    return create_app(settings)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class Settings:
     store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
     workers: int = 1                    # server processes sharing the port
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
+    pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.affinity)
 
     @property
     def templates_dir(self) -> Path:
