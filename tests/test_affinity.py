@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,7 +72,12 @@ def worker_cpus(server: LiveServer, workers: int) -> list[str]:
     while httpx.get(f"{server.url}/llmsim/stats").json()["workers"] < workers:
         assert time.monotonic() < deadline, "the workers did not all start"
         time.sleep(0.1)
-    found = []
+    return sorted(workers_by_pid(server).values())
+
+
+def workers_by_pid(server: LiveServer) -> dict[int, str]:
+    """Each live worker process of `server` and the CPUs its main thread may run on."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -80,9 +86,10 @@ def worker_cpus(server: LiveServer, workers: int) -> list[str]:
         except OSError:
             continue
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("PPid") == str(server.proc.pid) and "spawn_main" in (entry / "cmdline").read_text():
-            found.append(fields["Cpus_allowed_list"].strip())
-    return sorted(found)
+        if (fields.get("PPid") == str(server.proc.pid) and fields.get("State", "")[:1] != "Z"
+                and "spawn_main" in (entry / "cmdline").read_text()):
+            found[int(entry.name)] = fields["Cpus_allowed_list"].strip()
+    return found
 
 
 CPUS = affinity.usable_cpus()
@@ -104,5 +111,24 @@ def test_no_pin_workers_leaves_every_worker_on_every_cpu():
     try:
         cpus = worker_cpus(server, len(CPUS))
         assert len(cpus) == len(CPUS) and len(set(cpus)) == 1 and cpus[0] not in map(str, CPUS)
+    finally:
+        server.stop()
+
+
+@fills
+def test_a_restarted_worker_takes_the_cpu_its_predecessor_held():
+    server = LiveServer("--profile", "instant", "--workers", str(len(CPUS)))
+    try:
+        worker_cpus(server, len(CPUS))
+        victim, cpu = sorted(workers_by_pid(server).items())[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:             # uvicorn starts a new worker; it claims the CPU set free
+            now = workers_by_pid(server)
+            if victim not in now and len(now) == len(CPUS) and cpu in now.values():
+                break
+            assert time.monotonic() < deadline, now
+            time.sleep(0.2)
+        assert sorted(now.values()) == sorted(str(c) for c in CPUS)
     finally:
         server.stop()
