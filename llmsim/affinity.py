@@ -44,7 +44,10 @@ def claim_cpu(cpus: Iterable[int], server: int, pin: Callable[[int, set], None] 
     thread to it; the CPU, or None when every one is taken (then nothing is pinned)."""
     pin = pin or os.sched_setaffinity
     for cpu in cpus:
-        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:              # no Unix sockets here (a sandbox): run unpinned
+            return None
         try:
             claim.bind(CLAIM.format(server=server, cpu=cpu))
         except OSError:              # held by another worker (or abstract names unsupported)

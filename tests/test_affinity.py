@@ -58,6 +58,13 @@ def test_another_server_claims_its_own_cpus(server_id):
     assert affinity.claim_cpu([3], server_id + 1, pin) == 3
 
 
+def test_where_pinning_is_refused_the_worker_runs_unpinned_and_frees_its_claim(server_id):
+    def refuse(pid, cpus):
+        raise PermissionError("sched_setaffinity: operation not permitted")
+    assert affinity.claim_cpu([3], server_id, refuse) is None
+    assert affinity.claim_cpu([3], server_id, lambda pid, cpus: None) == 3
+
+
 def test_a_dead_workers_cpu_is_claimed_again(server_id):
     code = (f"from llmsim import affinity; "
             f"assert affinity.claim_cpu([3], {server_id}, lambda pid, cpus: None) == 3")
