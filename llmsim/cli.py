@@ -224,13 +224,13 @@ def _stats_scratch(settings: Settings):
 
 def _shared_paths(settings: Settings, scratch: Path, stats_scratch: Path | None = None) -> Settings:
     """What every process of one server shares, unless set: the embedded store file (in the
-    scratch directory) and, with workers, the stats snapshot directory (in `stats_scratch`,
-    in memory where there is one)."""
+    scratch directory) and, when `_stats_scratch` made one for workers, the stats snapshot
+    directory in `stats_scratch`."""
     changes = {}
     if settings.store is None:
         changes["store"] = f"lmdb:{scratch / 'store.lmdb'}"
-    if settings.workers > 1 and settings.stats_dir is None:
-        changes["stats_dir"] = str((stats_scratch or scratch) / "stats")
+    if stats_scratch is not None:
+        changes["stats_dir"] = str(stats_scratch / "stats")
     return settings.replace(**changes) if changes else settings
 
 
