@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
                        help="accept this Bearer API key (repeatable); with none, no authentication")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted (default 32 MiB)")
     serve.add_argument("--store", help="state store: lmdb:DIR, a SQLite file path or redis://host:port/db "
-                       "(default: a temp LMDB store shared by this server's workers)")
+                       "or memory (default: memory with one worker, a temp LMDB store the --workers share)")
     serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
     serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
@@ -109,8 +109,9 @@ def _raise_terminated(signum, frame) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Run the server: one process, or `--workers N` processes sharing the port, the
-    embedded store (a temp LMDB directory unless `--store` names one) and stats snapshots.
+    """Run the server: one process (its store in memory unless `--store` names one), or
+    `--workers N` processes sharing the port, the embedded store (a temp LMDB directory
+    unless `--store` names one) and stats snapshots.
     SIGTERM (uvicorn re-raises it once it has shut down gracefully) ends the process as
     the signal does, after its scratch directories are removed."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -128,8 +129,8 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.server import STARTUP_FAILURE
 
-    with tempfile.TemporaryDirectory(prefix="llmsim-") as scratch, _stats_scratch(settings) as stats_scratch:
-        settings = _shared_paths(settings, Path(scratch), stats_scratch and Path(stats_scratch))
+    with _store_scratch(settings) as store_scratch, _stats_scratch(settings) as stats_scratch:
+        settings = _shared_paths(settings, store_scratch and Path(store_scratch), stats_scratch and Path(stats_scratch))
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
                        access_log=False, lifespan="on", http=http_protocol(),
                        loop="llmsim.accepting:new_event_loop")
@@ -214,6 +215,14 @@ def _memory_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
+def _store_scratch(settings: Settings):
+    """The directory of the temp LMDB store `--workers` processes share when `--store` names
+    none; a context giving None otherwise (one process keeps its store in memory)."""
+    if settings.workers > 1 and settings.store is None:
+        return tempfile.TemporaryDirectory(prefix="llmsim-")
+    return contextlib.nullcontext()
+
+
 def _stats_scratch(settings: Settings):
     """The directory `--workers` processes share stats snapshots in, when they need one
     (in memory where there is one); a context giving None otherwise."""
@@ -222,13 +231,12 @@ def _stats_scratch(settings: Settings):
     return contextlib.nullcontext()
 
 
-def _shared_paths(settings: Settings, scratch: Path, stats_scratch: Path | None = None) -> Settings:
-    """What every process of one server shares, unless set: the embedded store file (in the
-    scratch directory) and, when `_stats_scratch` made one for workers, the stats snapshot
-    directory in `stats_scratch`."""
+def _shared_paths(settings: Settings, store_scratch: Path | None, stats_scratch: Path | None = None) -> Settings:
+    """What every process of one server shares, in the directories `_store_scratch` and
+    `_stats_scratch` made: the temp LMDB store and the stats snapshot directory."""
     changes = {}
-    if settings.store is None:
-        changes["store"] = f"lmdb:{scratch / 'store.lmdb'}"
+    if store_scratch is not None:
+        changes["store"] = f"lmdb:{store_scratch / 'store.lmdb'}"
     if stats_scratch is not None:
         changes["stats_dir"] = str(stats_scratch / "stats")
     return settings.replace(**changes) if changes else settings

@@ -52,7 +52,8 @@ class Settings:
     fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
     api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)
     max_body_bytes: int = 33554432      # larger request bodies get 413
-    store: str | None = None            # lmdb:DIR, SQLite path or redis:// URL (serve: a temp LMDB store)
+    store: str | None = None            # memory, lmdb:DIR, SQLite path or redis:// URL (None: memory;
+                                        # serve --workers N: a temp LMDB store)
     store_max_entries: int = 10000      # stored responses (and conversations) kept
     store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
     workers: int = 1                    # server processes sharing the port

@@ -1,5 +1,6 @@
 """`llmsim serve` as a user runs it: a quiet start, a clean Ctrl-C, and nothing left behind
-when it is stopped (its scratch store on disk, its workers' stats in /dev/shm)."""
+when it is stopped (its workers' scratch store on disk and stats in /dev/shm; one worker
+keeps its store in memory)."""
 from __future__ import annotations
 
 import os
@@ -48,14 +49,28 @@ def scratch_left(tmp: Path) -> list[str]:
     return found + ([p.name for p in shm.glob("llmsim-stats-*")] if shm.is_dir() else [])
 
 
+def in_tmpdir(tmp: Path, *args: str) -> LiveServer:
+    return LiveServer("--profile", "instant", *args, env={"TMPDIR": str(tmp), "TIKTOKEN_CACHE_DIR": os.environ.get(
+        "TIKTOKEN_CACHE_DIR", "/tmp/llmsim-tiktoken")})
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_stopped_server_removes_its_scratch_directories(tmp_path, how, workers):
+def test_a_stopped_server_removes_its_scratch_directories(tmp_path, how):
     shm_before = scratch_left(tmp_path)
-    server = LiveServer("--profile", "instant", "--workers", workers,
-                        env={"TMPDIR": str(tmp_path), "TIKTOKEN_CACHE_DIR": os.environ.get(
-                            "TIKTOKEN_CACHE_DIR", "/tmp/llmsim-tiktoken")})
+    server = in_tmpdir(tmp_path, "--workers", "2")
     assert [name for name in scratch_left(tmp_path) if name not in shm_before]   # it made some
     server.proc.send_signal(how)
     server.proc.wait(15)
     assert [name for name in scratch_left(tmp_path) if name not in shm_before] == []
+
+
+def test_one_worker_keeps_its_store_in_memory_without_scratch_directories(tmp_path):
+    shm_before = scratch_left(tmp_path)
+    server = in_tmpdir(tmp_path)
+    try:
+        client = server.client()
+        created = client.responses.create(model="gpt-4o", input="Keep me.")
+        assert client.responses.retrieve(created.id).output_text == created.output_text
+        assert [name for name in scratch_left(tmp_path) if name not in shm_before] == []
+    finally:
+        server.stop()

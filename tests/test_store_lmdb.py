@@ -1,4 +1,4 @@
-"""The LMDB store (serve's default), in process: what one opening writes another reads at
+"""The LMDB store (the default of `serve --workers N`), in process: what one opening writes another reads at
 once; the oldest entries go beyond `max_entries`, with what hangs off them; expired entries
 read as missing and are swept; appends are conditional; replays span appends."""
 from __future__ import annotations
