@@ -1,6 +1,6 @@
 """The LMDB store (the default of `serve --workers N`), in process: what one opening writes another reads at
 once; the oldest entries go beyond `max_entries`, with what hangs off them; expired entries
-read as missing and are swept; appends are conditional; replays span appends."""
+read as missing and are swept (tests/test_store_backends.py: what every backend does)."""
 from __future__ import annotations
 
 import asyncio
@@ -89,39 +89,11 @@ async def test_expired_entries_read_as_missing_and_are_swept(path, monkeypatch):
     await store.close()
 
 
-async def test_appends_are_conditional_and_replays_span_them(path):
-    store = LmdbStore(path, Bounds(10, None))
-    await store.put_response(record(1, "in_progress"), frames("created", "delta"))
-    assert not await store.append_events("resp_1", frames("late"), expect_events=1)
-    assert await store.append_events("resp_1", frames("done"), {"id": "resp_1", "status": "completed"},
-                                     expect_events=2)
-    assert not await store.append_events("resp_1", frames("after"))         # no longer active
-    assert await store.events("resp_1", 0) == (frames("delta", "done"), "completed")
-    assert (await store.get_response("resp_1")).events == 3
-    await store.close()
-
-
 async def test_replacing_a_response_drops_its_old_frames(path):
     store = LmdbStore(path, Bounds(10, None))
     await store.put_response(record(1), frames("old", "old"))
     await store.put_response(record(1), frames("new"))
     assert await store.events("resp_1", -1) == (frames("new"), "completed")
-    await store.close()
-
-
-async def test_items_are_kept_in_order_and_deleted_by_id(path):
-    store = LmdbStore(path, Bounds(10, None))
-    await store.put_conversation(Conversation("conv_1", 1, {"k": "v"}))
-    await store.add_items("conv_1", [{"id": f"msg_{n}"} for n in range(12)])
-    assert await store.delete_item("conv_1", "msg_3")
-    assert not await store.delete_item("conv_1", "msg_3")
-    assert [item["id"] for item in await store.conversation_items("conv_1")] == \
-        [f"msg_{n}" for n in range(12) if n != 3]
-    assert await store.get_item("conv_1", "msg_11") == {"id": "msg_11"}
-    assert await store.get_item("conv_1", "msg_3") is None
-    await store.put_conversation(Conversation("conv_1", 1, {"k": "w"}))         # metadata only
-    assert len(await store.conversation_items("conv_1")) == 11
-    assert (await store.get_conversation("conv_1")).metadata == {"k": "w"}
     await store.close()
 
 
@@ -160,16 +132,6 @@ async def test_a_process_follows_the_map_another_process_grew(path, monkeypatch)
     assert len((await store.events("resp_39", -1))[0]) == 1
     await store.put_response(record(101), big_frames(101))
     assert await store.get_response("resp_101") is not None
-    await store.close()
-
-
-async def test_deleting_a_response_or_conversation_answers_whether_it_was_there(path):
-    store = LmdbStore(path, Bounds(10, None))
-    await store.put_response(record(1), frames("a"))
-    await store.put_conversation(Conversation("conv_1", 1, {}))
-    assert await store.delete_response("resp_1") and not await store.delete_response("resp_1")
-    assert await store.delete_conversation("conv_1") and not await store.delete_conversation("conv_1")
-    assert await store.events("resp_1", -1) == ([], None)
     await store.close()
 
 

@@ -1,6 +1,7 @@
 """The memory store (one worker's default), in process: the oldest entries go beyond
 `max_entries`, with what hangs off them; expired entries read as missing and are swept;
-appends are conditional and replays span them; readers get copies; several workers refuse it."""
+readers get copies; several workers refuse it (tests/test_store_backends.py: what every
+backend does)."""
 from __future__ import annotations
 
 import subprocess
@@ -102,32 +103,6 @@ async def test_a_write_keeps_an_entry_alive_for_another_ttl(monkeypatch):
     clock[0] += 8
     assert (await store.get_response("resp_1")).events == 2
     assert await store.conversation_items("conv_1") == [{"id": "msg_1"}]
-
-
-async def test_appends_are_conditional_and_replays_span_them():
-    store = MemoryStore(Bounds(10, None))
-    await store.put_response(record(1, "in_progress"), frames("created", "delta"))
-    assert not await store.append_events("resp_1", frames("late"), expect_events=1)
-    assert await store.append_events("resp_1", frames("done"), {"id": "resp_1", "status": "completed"},
-                                     expect_events=2)
-    assert not await store.append_events("resp_1", frames("after"))         # no longer active
-    assert await store.events("resp_1", 0) == (frames("delta", "done"), "completed")
-    got = await store.get_response("resp_1")
-    assert (got.events, got.status) == (3, "completed")
-
-
-async def test_items_are_kept_in_order_and_deleted_by_id():
-    store = MemoryStore(Bounds(10, None))
-    await store.put_conversation(Conversation("conv_1", 1, {"k": "v"}))
-    await store.add_items("conv_1", [{"id": f"msg_{n}"} for n in range(12)])
-    assert await store.delete_item("conv_1", "msg_3")
-    assert not await store.delete_item("conv_1", "msg_3")
-    assert [item["id"] for item in await store.conversation_items("conv_1")] == \
-        [f"msg_{n}" for n in range(12) if n != 3]
-    assert await store.get_item("conv_1", "msg_3") is None
-    await store.put_conversation(Conversation("conv_1", 1, {"k": "w"}))         # metadata only
-    assert len(await store.conversation_items("conv_1")) == 11
-    assert (await store.get_conversation("conv_1")).metadata == {"k": "w"}
 
 
 async def test_what_a_reader_changes_is_not_stored():

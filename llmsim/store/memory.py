@@ -74,6 +74,14 @@ class MemoryStore:
             table.popitem(last=False)
         self._wrote()
 
+    def _delete(self, table: OrderedDict, entry_id: str) -> bool:
+        """Delete an entry that has not expired; whether there was one."""
+        if self._live(table, entry_id) is None:
+            return False
+        del table[entry_id]
+        self._wrote()
+        return True
+
     def _wrote(self) -> None:
         self._writes += 1
         if self._writes % SWEEP_EVERY == 0:
@@ -96,11 +104,7 @@ class MemoryStore:
         return StoredResponse.from_json(response_id, entry.response, entry.meta, entry.events, entry.status)
 
     async def delete_response(self, response_id: str) -> bool:
-        if self._live(self._responses, response_id) is None:
-            return False
-        del self._responses[response_id]
-        self._wrote()
-        return True
+        return self._delete(self._responses, response_id)
 
     async def append_events(self, response_id: str, frames: Sequence[bytes],
                             snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
@@ -141,11 +145,7 @@ class MemoryStore:
         return None if live is None else Conversation.from_json(conversation_id, live.record)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        if self._live(self._conversations, conversation_id) is None:
-            return False
-        del self._conversations[conversation_id]
-        self._wrote()
-        return True
+        return self._delete(self._conversations, conversation_id)
 
     async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
         live = self._live(self._conversations, conversation_id)
