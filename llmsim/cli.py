@@ -129,7 +129,11 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.server import STARTUP_FAILURE
 
-    with _store_scratch(settings) as store_scratch, _stats_scratch(settings) as stats_scratch:
+    # --workers share a temp LMDB store (one process keeps its store in memory) and a stats
+    # snapshot directory, in memory where there is one; both go when the server stops
+    shared = settings.workers > 1
+    with _scratch(shared and settings.store is None, "llmsim-") as store_scratch, \
+            _scratch(shared and settings.stats_dir is None, "llmsim-stats-", _memory_dir()) as stats_scratch:
         settings = _shared_paths(settings, store_scratch and Path(store_scratch), stats_scratch and Path(stats_scratch))
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
                        access_log=False, lifespan="on", http=http_protocol(),
@@ -215,25 +219,15 @@ def _memory_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def _store_scratch(settings: Settings):
-    """The directory of the temp LMDB store `--workers` processes share when `--store` names
-    none; a context giving None otherwise (one process keeps its store in memory)."""
-    if settings.workers > 1 and settings.store is None:
-        return tempfile.TemporaryDirectory(prefix="llmsim-")
-    return contextlib.nullcontext()
-
-
-def _stats_scratch(settings: Settings):
-    """The directory `--workers` processes share stats snapshots in, when they need one
-    (in memory where there is one); a context giving None otherwise."""
-    if settings.workers > 1 and settings.stats_dir is None:
-        return tempfile.TemporaryDirectory(prefix="llmsim-stats-", dir=_memory_dir())
-    return contextlib.nullcontext()
+def _scratch(needed: bool, prefix: str, where: str | None = None):
+    """A temp directory (in `where`) removed on exit, as a context giving its path; a context
+    giving None when it is not `needed`."""
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=where) if needed else contextlib.nullcontext()
 
 
 def _shared_paths(settings: Settings, store_scratch: Path | None, stats_scratch: Path | None = None) -> Settings:
-    """What every process of one server shares, in the directories `_store_scratch` and
-    `_stats_scratch` made: the temp LMDB store and the stats snapshot directory."""
+    """What every process of one server shares, in the scratch directories `_serve` made:
+    the temp LMDB store and the stats snapshot directory."""
     changes = {}
     if store_scratch is not None:
         changes["store"] = f"lmdb:{store_scratch / 'store.lmdb'}"
