@@ -164,14 +164,19 @@ class JsonCodegen:
     def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
         """A function of ctx returning `code`; each variable read once, into a local: straight
         from the dict (no call per variable: ~200 reads per Responses stream), and through
-        `_name` (strict Undefined for a missing one) only when one is missing."""
+        `_name` (strict Undefined for a missing one) only when one is missing. A variable read
+        as `given(name, default)` is often missing, so it is looked up first (no exception)."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
         if "_m[" in code:
             lines.append("    _m = ctx['__memo']")
-        if names:
-            lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in sorted(names)),
-                      "    except KeyError:", *(f"        _n_{var} = _name(ctx, {var!r})" for var in sorted(names))]
+        optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
+        lines += [f"    _n_{var} = ctx[{var!r}] if {var!r} in ctx else _name(ctx, {var!r})"
+                  for var in sorted(optional)]
+        if names - optional:
+            lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in sorted(names - optional)),
+                      "    except KeyError:",
+                      *(f"        _n_{var} = _name(ctx, {var!r})" for var in sorted(names - optional))]
         lines.append(f"    return {code}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
