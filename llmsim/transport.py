@@ -31,7 +31,9 @@ _HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event n
 
 
 def sse_frame(event: Event) -> bytes:
-    data = event.data.encode() if event.raw else event.json
+    data = event._json          # set by every generated stream step: no property call
+    if data is None:
+        data = event.data.encode() if event.raw else event.json
     head = _HEADS.get(event.name)
     if head is None:
         head = _HEADS[event.name] = b"event: " + event.name.encode() + b"\ndata: "
