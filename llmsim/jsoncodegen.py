@@ -49,7 +49,8 @@ def _const(data: bytes) -> Gen:
 
 
 def _commas(parts) -> bytes:
-    return b",".join([p for p in parts if p is not None])
+    """The parts that are not None (omitted), comma-separated (no part is empty bytes)."""
+    return b",".join(filter(None, parts))
 
 
 def _joined(parts: list) -> Gen:
