@@ -4,12 +4,13 @@
     python bench/instructions.py resp_stream --n 500
 
 CPU time on this machine moves by 10-30% between runs of the same build (another process on
-the other core, the host), so small changes drown in it. An instruction count does not move:
-the same build gives the same figure within ~0.5%, whatever else the machine is doing. Each
-workload runs in its own process under callgrind with instrumentation off while the app starts
-and warms up (`bench/inproc.py`'s requests, no sockets), on for `--n` requests, then off.
-Fewer instructions is not always less time (cache misses, system calls), so a change worth
-keeping shows in the wrk figures of `bench/perf.py` too. Needs valgrind (`apt-get install valgrind`).
+the other core, the host), so small changes drown in it. An instruction count hardly moves:
+the same build gives the same figure within ~0.5% (string hashing is seeded alike in every
+run), whatever else the machine is doing. Each workload runs in its own process under
+callgrind with instrumentation off while the app starts and warms up (`bench/inproc.py`'s
+requests, no sockets), on for `--n` requests, then off. Fewer instructions is not always less
+time (cache misses, system calls), so a change worth keeping shows in the wrk figures of
+`bench/perf.py` too. Needs valgrind (`apt-get install valgrind`).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def count(name: str, n: int, flags: dict) -> int:
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={scratch}/callgrind.out", sys.executable, __file__,
              "--child", name, "--n", str(n), "--flags", json.dumps(flags)],
-            capture_output=True, text=True)
+            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
     if run.returncode != 0 or found is None:
         raise SystemExit(f"{name}: callgrind run failed (exit {run.returncode}):\n{run.stderr[-2000:]}")
