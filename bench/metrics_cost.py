@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import os
 import re
 import shutil
@@ -35,6 +34,10 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import instructions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BODIES = {
@@ -47,7 +50,7 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench"
 wrk.body = '{body}'
 """
-SERVER_FLAGS = ("--profile", "instant", "--target-tokens", "32")
+SERVER_FLAGS = instructions.SERVER_FLAGS
 
 
 def free_port() -> int:
@@ -186,58 +189,11 @@ def run_asgi(args, path: str, body: str) -> dict[str, dict[str, float]]:
 def run_instructions(args, path: str, body: str) -> dict[str, dict[str, float]] | None:
     """Instructions per request of a real server (uvicorn and all), counted by valgrind's
     callgrind only while the measured requests are served: the same on any machine load."""
-    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+    if not instructions.available():
         print("\ninstructions: skipped (valgrind not installed)")
         return None
-    count, out = 200, {}
-    for side, flags in (("on", ()), ("off", ("--no-metrics",))):
-        port = free_port()
-        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                 "--callgrind-out-file=/dev/null", sys.executable, "-m", "llmsim",
-                                 "serve", "--port", str(port), "--log-level", "warning",
-                                 *SERVER_FLAGS, *flags],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            conn = _connect(port, proc)
-            headers = {"content-type": "application/json"}
-
-            def send(n: int) -> None:
-                for _ in range(n):
-                    conn.request("POST", path, body.encode(), headers)
-                    answer = conn.getresponse()
-                    answer.read()
-                    if answer.status != 200:
-                        raise SystemExit(f"the server answered {answer.status}")
-            send(50)                                                         # warm-up
-            switch = ["callgrind_control", "-i", "on", str(proc.pid)]
-            subprocess.run(switch, capture_output=True, check=True)
-            send(count)
-            switch[2] = "off"
-            subprocess.run(switch, capture_output=True, check=True)
-        finally:
-            proc.terminate()
-            err = proc.communicate(timeout=300)[1]
-        found = re.search(r"Collected : (\d+)", err)
-        if not found:
-            raise SystemExit(f"callgrind run failed:\n{err[-2000:]}")
-        out[side] = {"Minstr/req": int(found.group(1)) / count / 1e6}
-    return out
-
-
-def _connect(port: int, proc) -> http.client.HTTPConnection:
-    """A keep-alive connection once the (slow, instrumented) server answers /health."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("llmsim under valgrind exited at start-up")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            conn.request("GET", "/health")
-            conn.getresponse().read()
-            return conn
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit("llmsim under valgrind did not start in 300 s")
+    return {side: {"Minstr/req": instructions.count(path, body.encode(), flags) / 1e6}
+            for side, flags in (("on", ()), ("off", ("--no-metrics",)))}
 
 
 def report(title: str, best: dict[str, dict[str, float]]) -> float:
