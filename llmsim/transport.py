@@ -71,8 +71,18 @@ def sse_chunk(batch: list[Event], clock: Clock) -> bytes:
     """The SSE bytes of a batch of events; an empty batch is a keep-alive comment line."""
     if len(batch) == 1:
         return sse_frame(batch[0])
-    if batch:
-        return b"".join(map(sse_frame, batch))
+    if batch:                   # one join for the whole batch: no bytes object per frame
+        parts: list[bytes] = []
+        append = parts.append
+        for event in batch:
+            data, head = event._json, _HEADS.get(event.name)
+            if data is None or head is None:
+                append(sse_frame(event))
+            else:
+                append(head)
+                append(data)
+                append(b"\n\n")
+        return b"".join(parts)
     return b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
 
 
