@@ -49,7 +49,8 @@ def _const(data: bytes) -> Gen:
 
 
 def _commas(parts) -> bytes:
-    """The parts that are not None (omitted), comma-separated (no part is empty bytes)."""
+    """The parts that are not None (omitted), comma-separated. Parts are JSON members or
+    values, never empty bytes, so `filter(None, ...)` drops exactly the omitted ones."""
     return b",".join(filter(None, parts))
 
 
@@ -174,10 +175,9 @@ class JsonCodegen:
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
         lines += [f"    _n_{var} = ctx[{var!r}] if {var!r} in ctx else _name(ctx, {var!r})"
                   for var in sorted(optional)]
-        if names - optional:
-            lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in sorted(names - optional)),
-                      "    except KeyError:",
-                      *(f"        _n_{var} = _name(ctx, {var!r})" for var in sorted(names - optional))]
+        if required := sorted(names - optional):
+            lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in required),
+                      "    except KeyError:", *(f"        _n_{var} = _name(ctx, {var!r})" for var in required)]
         lines.append(f"    return {code}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
