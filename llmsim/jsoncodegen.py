@@ -143,6 +143,18 @@ class JsonCodegen:
         value.fast = fast
         return value
 
+    def dotted_code(self, node: Any) -> tuple[str, set[str]] | None:
+        """For a `{{ dotted.name }}` node, code reading its value from locals `_n_<variable>`
+        (each step a dict's item, else the attribute) and the variables it reads; else None."""
+        whole = node.strip() if isinstance(node, str) else ""
+        if not (whole.startswith("{{") and whole.endswith("}}") and self._dotted(whole[2:-2].strip())):
+            return None
+        outer, self._names = self._names, set()
+        try:
+            return self.value_code(whole, "dotted"), self._names
+        finally:
+            self._names = outer
+
     def _scoped(self, node: Any, where: str) -> tuple[Gen, set[str]]:
         """Generate `node` as the body of a new function: its code and the variables it reads."""
         outer, self._names = self._names, set()

@@ -57,7 +57,7 @@ class Event:
     `at` its due time (seconds after start). A JSON event has `json`, its serialised data
     (what transports send), and `data`, the same value decoded on demand; a raw line
     (`raw=True`, e.g. `[DONE]`) has the string as `data` and no `json`."""
-    __slots__ = ("name", "at", "raw", "_data", "_json")
+    __slots__ = ("name", "at", "raw", "_data", "_json")    # llmsim.stepcodegen sets them directly
 
     def __init__(self, name: str | None, data: Any = None, at: float = 0.0, raw: bool = False,
                  json: bytes | None = None):

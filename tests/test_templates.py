@@ -212,3 +212,10 @@ def test_undefined_variable_at_render_names_file_and_path(tmp_path):
     with pytest.raises(ConfigError) as caught:
         t.body()
     assert "t.yaml" in str(caught.value) and "body.a.b" in str(caught.value)
+
+
+def test_an_undefined_variable_in_a_step_time_names_file_and_path(tmp_path):
+    t = compile_one(tmp_path, 'stream:\n  - {event: e, at: "{{ missing.at }}", data: {}}\n')
+    with pytest.raises(ConfigError) as caught:
+        list(t.events())
+    assert "t.yaml" in str(caught.value) and "stream[0].at" in str(caught.value)
