@@ -179,14 +179,16 @@ class JsonCodegen:
         """A function of ctx returning `code`; each variable read once, into a local: straight
         from the dict (no call per variable: ~200 reads per Responses stream), and through
         `_name` (strict Undefined for a missing one) only when one is missing. A variable read
-        as `given(name, default)` is often missing, so it is looked up first (no exception)."""
+        as `given(name, default)` is often missing, so it is looked up first (no exception),
+        and a missing one is an Undefined made once (`_u_name`), not one per render."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
         if "_m[" in code:
             lines.append("    _m = ctx['__memo']")
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
-        lines += [f"    _n_{var} = ctx[{var!r}] if {var!r} in ctx else _name(ctx, {var!r})"
-                  for var in sorted(optional)]
+        for var in sorted(optional):
+            self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
+            lines.append(f"    _n_{var} = ctx[{var!r}] if {var!r} in ctx else _u_{var}")
         if required := sorted(names - optional):
             lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in required),
                       "    except KeyError:", *(f"        _n_{var} = _name(ctx, {var!r})" for var in required)]
