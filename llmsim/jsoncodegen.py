@@ -16,7 +16,8 @@ Constant sub-trees are serialised once; expressions are inlined (dotted names as
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
 can occur. An `$object` with a fixed name is inlined too, its `$with` variables bound to
 locals (one whose object only writes it out whole holds its JSON bytes), unless the object
-loops or names objects by expression: then its own function is called. The generated
+loops or names objects by expression: then its own function is called. One named by
+`"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
 function is only a fast path: on any exception it hands the value to the closure writer of
 `jsonwriter`, which gives the same bytes or the precise template error.
 """
@@ -77,6 +78,7 @@ def _concat(parts: list) -> str:
 class JsonCodegen:
     """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
 
+    MAX_PICKS = 8       # objects an `$object` named by expression may pick, to be inlined
     GUARDED = True      # False: a writer raises where it would fall back (tests: the
                         # generated code must give every byte by itself)
 
@@ -355,6 +357,10 @@ class JsonCodegen:
         extra = node.get("$with") or {}
         if fixed and self._inlinable(name, set()):
             return self._inline(name, extra, where)
+        if not fixed and not extra:
+            chosen = self._inline_choice(name, where)
+            if chosen is not None:
+                return chosen
         for reads in self._reads:           # the called writer's reads are not tracked here
             reads.add("__opaque__")
         ctx = "ctx"
@@ -385,6 +391,30 @@ class JsonCodegen:
         value = self.value_code("{{" + one.group(2) + "}}", f"{where}.$object")
         v, cache = f"_v{next(self._ids)}", self._callable(site)
         return f"({cache}[{v}] if ({v} := {value}) in {cache} else {self._callable(resolve)}({v}))"
+
+    def _inline_choice(self, name: Any, where: str) -> Gen | None:
+        """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`) when every object the name
+        can pick is inlinable: each written in place, picked by comparing the value with its
+        part of the name (a chat chunk's `kind`: no call per chunk), and any other value
+        looked up as before."""
+        one = ONE_NAME.match(name) if isinstance(name, str) else None
+        if one is None or not self._dotted(one.group(2)):
+            return None
+        prefix, suffix = one.group(1), one.group(3)
+        picks = {obj[len(prefix):len(obj) - len(suffix)]: obj for obj in self.raw_objects
+                 if len(obj) > len(prefix) + len(suffix) and obj.startswith(prefix) and obj.endswith(suffix)}
+        if not picks or len(picks) > self.MAX_PICKS or not all(self._inlinable(o, set()) for o in picks.values()):
+            return None
+        value = self.value_code("{{" + one.group(2) + "}}", f"{where}.$object")
+        v = f"_v{next(self._ids)}"
+        branches = []
+        for i, (part, obj) in enumerate(picks.items()):
+            gen = self._inline(obj, {}, where)
+            test = f"({v} := {value}) == {part!r}" if i == 0 else f"{v} == {part!r}"
+            branches.append(f"{gen.code} if {test} else ")
+        for reads in self._reads:           # the fallback's reads are not tracked here
+            reads.add("__opaque__")
+        return Gen(f"({''.join(branches)}{self._object_function(name, False, where)}(ctx))", omittable=True)
 
     def _inlinable(self, name: str, seen: set) -> bool:
         """Whether the object `name` can be written in its user's code: it exists, is not
