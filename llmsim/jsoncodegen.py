@@ -75,6 +75,19 @@ def _concat(parts: list) -> str:
     return _joined(parts).code
 
 
+class _Without:
+    """An entry's read set, seen from inside a loop of that entry: the loop variable is the
+    loop's own, not a read of the entry's."""
+    __slots__ = ("reads", "name")
+
+    def __init__(self, reads, name: str):
+        self.reads, self.name = reads, name
+
+    def add(self, name: str) -> None:
+        if name != self.name:
+            self.reads.add(name)
+
+
 class JsonCodegen:
     """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
 
@@ -94,7 +107,7 @@ class JsonCodegen:
                           "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
                           **pyexpr.TEST_FUNCTIONS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
-        self._reads: list[set[str]] = []          # ... and each dict entry being generated reads
+        self._reads: list = []                    # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
         # while an object is inlined: its `$with` variables -> (the local holding the value,
@@ -513,7 +526,13 @@ class JsonCodegen:
     def _for(self, node: dict, where: str) -> Gen:
         var, _ = self.compiler.loop(node["$for"], f"{where}.$for")      # checks the spelling
         source = self.value_code("{{" + LOOP.match(node["$for"]).group(2) + "}}", f"{where}.$for")
-        body, names = self._scoped(node.get("$do"), f"{where}.$do")
+        # the loop variable read in the body is the loop's own: an entry holding the whole
+        # loop does not read it (so a loop over request data is memoised with the request)
+        outer_reads, self._reads = self._reads, [_Without(reads, var) for reads in self._reads]
+        try:
+            body, names = self._scoped(node.get("$do"), f"{where}.$do")
+        finally:
+            self._reads = outer_reads
         if body.const is not None:
             return Gen(f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
         item = self._define(body.code, names)

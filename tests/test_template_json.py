@@ -128,3 +128,19 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}"}}
     written = t.body_json(values=values)
     assert written == dumps(t.body(values=values))
     assert orjson.loads(written) == [{"a": "a"}, {"one": 1}, {"a": "a"}, {"flag": True}, {"one": 1}]
+
+
+def test_a_loop_over_request_data_is_written_anew_when_it_reads_what_each_event_binds(compile_one):
+    t = compile_one("""
+stream:
+  - for: "x in xs"
+    steps:
+      - event: e
+        data:
+          fixed: {$for: "y in ys", $do: "{{ y }}"}
+          mixed: {$for: "y in ys", $do: ["{{ x }}", "{{ y }}"]}
+""")
+    events = list(t.events(xs=["a", "b"], ys=[1, 2]))
+    assert [e.data for e in events] == [{"fixed": [1, 2], "mixed": [["a", 1], ["a", 2]]},
+                                        {"fixed": [1, 2], "mixed": [["b", 1], ["b", 2]]}]
+    assert [e.json for e in events] == [dumps(e.data) for e in events]
