@@ -135,6 +135,8 @@ def _serve(settings: Settings) -> int:
     with _scratch(shared and settings.store is None, "llmsim-") as store_scratch, \
             _scratch(shared and settings.stats_dir is None, "llmsim-stats-", _memory_dir()) as stats_scratch:
         settings = _shared_paths(settings, store_scratch and Path(store_scratch), stats_scratch and Path(stats_scratch))
+        if settings.stats_dir:          # made here: a worker starting as the server stops must
+            Path(settings.stats_dir).mkdir(parents=True, exist_ok=True)    # not make it again
         # no X-Forwarded-* rewriting: nothing here reads a request's client address or scheme,
         # and uvicorn's middleware for it was one more layer on every request (~1.5% of W1)
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,

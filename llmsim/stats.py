@@ -385,7 +385,10 @@ class Stats:
 
     def _start_sharing(self) -> None:
         self._sharing = True
-        self.share_dir.mkdir(parents=True, exist_ok=True)
+        try:        # `llmsim serve` made its parent; a parent gone means the server is stopping
+            self.share_dir.mkdir(exist_ok=True)     # (made again here, it would outlive it)
+        except FileNotFoundError:
+            return
         loop = asyncio.get_running_loop()
         writer = ThreadPoolExecutor(1, thread_name_prefix="llmsim-stats")
         writing: Future | None = None

@@ -341,3 +341,12 @@ async def test_a_slow_snapshot_write_does_not_hold_the_workers_streams(tmp_path,
     stats.stopped()
     assert loop_ran_during_write == [True]
     assert (tmp_path / f"{__import__('os').getpid()}.json").exists()
+
+
+async def test_a_worker_starting_after_its_server_removed_the_stats_directory_leaves_none(tmp_path):
+    from llmsim.stats import Stats
+
+    stats = Stats(share_dir=str(tmp_path / "llmsim-stats-gone" / "stats"))
+    stats.serving()
+    stats.stopped()
+    assert list(tmp_path.iterdir()) == []
