@@ -245,10 +245,11 @@ class JsonCodegen:
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
             else:
-                one = ONE_NAME.match(node)          # "prefix{{ dotted.name }}suffix"
-                if one and self._dotted(one.group(2)):
-                    inner = self.value_code("{{" + one.group(2) + "}}", where)
-                    return f"({one.group(1)!r} + format({inner}) + {one.group(3)!r})"
+                parts = self._name_parts(node)      # "prefix{{ dotted.name }}suffix"
+                if parts is not None:
+                    prefix, dotted, suffix = parts
+                    inner = self.value_code("{{" + dotted + "}}", where)
+                    return f"({prefix!r} + format({inner}) + {suffix!r})"
         if node is None or isinstance(node, (bool, int, float)):
             return repr(node)
         for reads in self._reads:           # a closure: what it reads is not known here
@@ -390,10 +391,11 @@ class JsonCodegen:
         call site, so a stream's events do not build and hash the name again."""
         if fixed:
             return f"_fast[{name!r}]"
-        one = ONE_NAME.match(name) if isinstance(name, str) else None
-        if one is None or not self._dotted(one.group(2)):
+        parts = self._name_parts(name)
+        if parts is None:
             return f"_fast[{self.value_code(name, f'{where}.$object')}]"
-        prefix, suffix, fast = one.group(1), one.group(3), self.fast
+        prefix, dotted, suffix = parts
+        fast = self.fast
         site: dict[str, Writer] = {}
 
         def resolve(value):
@@ -401,24 +403,31 @@ class JsonCodegen:
             if value.__class__ is str and len(site) < 64:
                 site[value] = found
             return found
-        value = self.value_code("{{" + one.group(2) + "}}", f"{where}.$object")
+        value = self.value_code("{{" + dotted + "}}", f"{where}.$object")
         v, cache = f"_v{next(self._ids)}", self._callable(site)
         return f"({cache}[{v}] if ({v} := {value}) in {cache} else {self._callable(resolve)}({v}))"
+
+    def _name_parts(self, name: Any) -> tuple[str, str, str] | None:
+        """`"prefix{{ dotted.name }}suffix"` -> (prefix, "dotted.name", suffix); else None."""
+        one = ONE_NAME.match(name) if isinstance(name, str) else None
+        if one is None or not self._dotted(one.group(2)):
+            return None
+        return one.group(1), one.group(2), one.group(3)
 
     def _inline_choice(self, name: Any, where: str) -> Gen | None:
         """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`) when every object the name
         can pick is inlinable: each written in place, picked by comparing the value with its
         part of the name (a chat chunk's `kind`: no call per chunk), and any other value
         looked up as before."""
-        one = ONE_NAME.match(name) if isinstance(name, str) else None
-        if one is None or not self._dotted(one.group(2)):
+        parts = self._name_parts(name)
+        if parts is None:
             return None
-        prefix, suffix = one.group(1), one.group(3)
+        prefix, dotted, suffix = parts
         picks = {obj[len(prefix):len(obj) - len(suffix)]: obj for obj in self.raw_objects
                  if len(obj) > len(prefix) + len(suffix) and obj.startswith(prefix) and obj.endswith(suffix)}
         if not picks or len(picks) > self.MAX_PICKS or not all(self._inlinable(o, set()) for o in picks.values()):
             return None
-        value = self.value_code("{{" + one.group(2) + "}}", f"{where}.$object")
+        value = self.value_code("{{" + dotted + "}}", f"{where}.$object")
         v = f"_v{next(self._ids)}"
         branches = []
         for i, (part, obj) in enumerate(picks.items()):
