@@ -2,7 +2,8 @@
 
 Per HTTP request it opens an `Exchange` (visible to handlers through `stats.current()`),
 adds the ground-truth headers when the response starts, and when the request ends feeds
-`Stats`, the trace file and the access log (each only when switched on).
+`Stats`, the trace file and the access log (each only when switched on). As a request
+starts and as it ends, paced streams write what fell due meanwhile (llmsim.pacer.catch_up).
 
 Headers on every API answer: `x-request-id` (the client's, else a new `req_...`) and
 `openai-processing-ms` (measured time until the headers). On planned answers, the intended
@@ -16,6 +17,7 @@ import random
 import time
 
 from llmsim.collector import Collector
+from llmsim.pacer import PACERS
 from llmsim.requestlog import AccessLog, Trace
 from llmsim.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 
@@ -92,6 +94,7 @@ class Observer:
                 self.stats.stopped()
 
     async def _http(self, scope, receive, send, path: str):
+        PACERS.catch_up()
         ex = Exchange(self.request_id(scope), "http", scope["method"], path, self.endpoint(path),
                       self.stats)
         token = CURRENT.set(ex)
@@ -128,6 +131,7 @@ class Observer:
             # Timers the request armed keep a copy of its context (so this exchange) until
             # they would have fired, cancelled or not: let its plan go now.
             ex.plan = None
+            PACERS.catch_up()
 
     async def _websocket(self, scope, receive, send, path: str):
         ex = Exchange(self.request_id(scope), WEBSOCKET, "WS", path, "websocket", self.stats)

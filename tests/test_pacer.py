@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from types import SimpleNamespace
 
 import orjson
 import pytest
 
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
-from llmsim.pacer import PacedStream, send_now
+from llmsim.observer import Observer
+from llmsim.pacer import PACERS, PacedStream, send_now
+from llmsim.stats import Stats
 from llmsim.templates import Event
 from llmsim.transport import Paced, SSEResponse
 
@@ -138,6 +142,52 @@ async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_
     bodies = frames(sent)
     assert bodies[0].startswith(b"event: created")
     assert sum(b.startswith(b": ") for b in bodies[1:]) >= 3
+
+
+def paced_on_timer(written: list, first_due_in: float) -> None:
+    """A stream on the shared timer whose one event is due `first_due_in` seconds from now."""
+    clock = Clock()
+    start = clock.now() + first_due_in
+    PACERS.get().add(PacedStream(events(1), start, written.extend, None, None, clock), start)
+
+
+def observed(app) -> Observer:
+    """`app` behind the middleware every API request goes through."""
+    return Observer(app, SimpleNamespace(stats=Stats(enabled=False),
+                                         settings=SimpleNamespace(trace=None, log_format=None)))
+
+
+async def call(app) -> None:
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+    await app(scope, receive, send)     # never waits: the loop runs no timer meanwhile
+
+
+async def test_a_request_starting_lets_overdue_streams_write_before_it_is_handled():
+    """A burst of requests runs in one loop step, between two firings of the timer."""
+    written: list = []
+    seen_by_handler = []
+
+    async def handler(scope, receive, send):
+        seen_by_handler.append(len(written))
+    paced_on_timer(written, first_due_in=-0.01)
+    await call(observed(handler))
+    assert seen_by_handler == [1]
+
+
+async def test_a_request_ending_lets_streams_write_what_fell_due_while_it_ran():
+    written: list = []
+
+    async def busy_handler(scope, receive, send):
+        time.sleep(0.01)            # holds the loop, as a heavy request or a burst of them does
+    paced_on_timer(written, first_due_in=0.002)
+    await call(observed(busy_handler))
+    assert len(written) == 1
 
 
 async def test_a_stream_closed_by_its_response_stops_drawing_events():
