@@ -2,7 +2,7 @@
 
     python bench/perf.py                      # full run (~3 minutes), table on stdout
     python bench/perf.py --duration 3 --n 100 # quick development run
-    python bench/perf.py --rounds 3           # W1-W4: median of 3 alternating runs per server
+    python bench/perf.py --rounds 3           # W1-W5: median of 3 alternating runs per server
     python bench/perf.py --snapshot           # run llmsim from a copy taken at start (shared tree)
 
 Both servers run on loopback on this machine. W1-W4 use `wrk -t2 -c64 -d10s --latency` with
@@ -197,19 +197,26 @@ class Bench:
 
     # W5 ------------------------------------------------------------------------------------
     def paced(self, n: int) -> None:
+        """N paced streams on each server; with --rounds, fresh servers each round (lateness
+        counts from a server's start), alternating which runs first, and the run with the
+        median client gap p99 counts."""
         a = self.args
         wid = f"W5 N={n}"
         flags = ["--ttft-ms", f"{a.ttft_ms:g}", "--tbt-ms", f"{a.tbt_ms:g}",
                  "--target-tokens", str(a.paced_tokens)]
-        started = self.start_servers("paced", flags, {"tokens": a.paced_tokens, "ttft_ms": a.ttft_ms,
-                                                      "tbt_ms": a.tbt_ms})
-        self.results[wid] = dict(self.failed)
-        try:
-            for name, server in started.items():
-                self.results[wid][name] = guarded(self.paced_one, server, n)
-        finally:
-            for server in started.values():
-                server.stop()
+        runs: dict[str, list[dict]] = {}
+        for round_no in range(a.rounds):
+            started = self.start_servers("paced", flags, {"tokens": a.paced_tokens, "ttft_ms": a.ttft_ms,
+                                                          "tbt_ms": a.tbt_ms})
+            try:
+                order = list(started.items())
+                for name, server in order if round_no % 2 == 0 else order[::-1]:
+                    runs.setdefault(name, []).append(guarded(self.paced_one, server, n))
+            finally:
+                for server in started.values():
+                    server.stop()
+        self.results[wid] = {name: median_run(found, PACED_KEY, PACED_ROUNDS) for name, found in runs.items()} \
+            | self.failed
         r = self.results[wid]
         title = f"W5 paced {a.paced_api}, N={n}"
         get = lambda name, *keys: _dig(r.get(name), *keys)
@@ -323,13 +330,21 @@ class Bench:
                 "table": [row.as_dict() for row in self.rows]}
 
 
-def median_run(runs: list[dict], rate: str) -> dict:
-    """The run with the median `rate` of one server's rounds (all its figures come from that
-    run), with every round's rate under "rounds"; n/a when no round measured."""
-    measured = sorted((r for r in runs if "na" not in r and r.get(rate) is not None), key=lambda r: r[rate])
+PACED_KEY = ("gap_ms", "p99")             # W5: the run with the median of this counts
+PACED_ROUNDS = (("gap_ms", "p99"), ("ttft_ms", "p99"), ("lateness_ms", "p99"))   # listed per round
+
+
+def median_run(runs: list[dict], rate: str | tuple, listed: tuple = ()) -> dict:
+    """The run with the median `rate` (a key, or a path of keys) of one server's rounds (all
+    its figures come from that run), with every round's rate (or its `listed` figures) under
+    "rounds"; n/a when no round measured."""
+    path = rate if isinstance(rate, tuple) else (rate,)
+    measured = sorted((r for r in runs if "na" not in r and _dig(r, *path) is not None),
+                      key=lambda r: _dig(r, *path))
     if not measured:
         return runs[0]
-    return {**measured[(len(measured) - 1) // 2], "rounds": [r.get(rate) for r in runs]}
+    rounds = [{"/".join(keys): _dig(r, *keys) for keys in listed} if listed else _dig(r, *path) for r in runs]
+    return {**measured[(len(measured) - 1) // 2], "rounds": rounds}
 
 
 def guarded(fn, *args) -> dict:
@@ -368,6 +383,20 @@ def _dig(doc, *keys):
     return doc
 
 
+def paced_rounds_lines(results: dict) -> list[str]:
+    """Each W5 round's figures, when there were several."""
+    lines = []
+    for wid, by_server in results.items():
+        for name, r in by_server.items() if wid.startswith("W5") else ():
+            rounds = r.get("rounds") if isinstance(r, dict) else None
+            if rounds and len(rounds) > 1:
+                figures = ", ".join(f"{key.replace('_ms/', ' ')} " + " / ".join(
+                    "n/a" if one.get(key) is None else f"{one[key]:.1f}" for one in rounds)
+                    for key in rounds[0] if any(one.get(key) is not None for one in rounds))
+                lines.append(f"{wid} {name} rounds (ms): {figures}")
+    return [*lines, ""] if lines else []
+
+
 def _paced_json(stdout: str) -> dict | None:
     for line in stdout.splitlines():
         if line.startswith("PACED_JSON "):
@@ -400,7 +429,8 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=10, help="wrk seconds per run (W1-W4)")
     p.add_argument("--warmup", type=float, default=2, help="wrk warm-up seconds before each run (0: none)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="W1-W4 runs per server, alternating which goes first; the median counts")
+                   help="W1-W5 runs per server, alternating which goes first; the median counts "
+                        "(W5: fresh servers each round, median client gap p99)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("--tokens", type=int, default=32, help="reply length for W1-W4")
@@ -453,9 +483,10 @@ def summary_text(doc: dict, rows: list[Row], a, out: Path) -> str:
         f"W1-W4: wrk -t{a.threads} -c{a.connections} -d{a.duration:g}s --latency after a {a.warmup:g}s warm-up, "
         f"{a.tokens}-token replies (llmsim --profile instant)"
         + (f"; median of {a.rounds} rounds per server, alternating which runs first" if a.rounds > 1 else ""),
-        f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens; "
-        f"W6: {a.idle_ttft_ms:g} ms TTFT, streams held {a.hold:g}s",
-        "", report.render(rows, "peer"), "",
+        f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens"
+        + (f"; of {a.rounds} rounds (fresh servers, alternating), the run with the median gap p99"
+           if a.rounds > 1 else "") + f"; W6: {a.idle_ttft_ms:g} ms TTFT, streams held {a.hold:g}s",
+        "", report.render(rows, "peer"), "", *paced_rounds_lines(doc["results"]),
         "ratios are llmsim / peer; on a shared machine only ratios from one run mean anything.",
         "W5 peer pacing: aimock streamingProfile ttft = TTFT - gap, tps = 1000/gap, jitter 0 (its role-only",
         "chunk comes first), so its first content token is due when llmsim's is. TTFT = request written to",
