@@ -215,8 +215,9 @@ class Bench:
             finally:
                 for server in started.values():
                     server.stop()
-        self.results[wid] = {name: median_run(found, PACED_KEY, PACED_ROUNDS) for name, found in runs.items()} \
-            | self.failed
+        # a server that failed to start in some round keeps the rounds it ran
+        self.results[wid] = self.failed | {name: median_run(found, PACED_KEY, PACED_ROUNDS)
+                                           for name, found in runs.items()}
         r = self.results[wid]
         title = f"W5 paced {a.paced_api}, N={n}"
         get = lambda name, *keys: _dig(r.get(name), *keys)
