@@ -119,6 +119,13 @@ class Plan:
     def completed_at(self) -> int:
         return self.created_at + int(self.end_at)
 
+    def forget_tokens(self) -> None:
+        """Drop the `Token` objects a stream built (built again if it is rendered again):
+        ~1 KB less for a kept 32-token plan."""
+        for item in self.output:
+            if isinstance(item, TimedPieces):
+                item._tokens = None
+
 
 @dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
 class Context:

@@ -22,6 +22,7 @@ import orjson
 from llmsim import ids, inputs, transport
 from llmsim.background import Jobs
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
+from llmsim.jsonbytes import dumps
 from llmsim.store import Frames, Store, StoredResponse
 from llmsim.templates import Event
 
@@ -160,13 +161,32 @@ class ResponseState:
             response = orjson.loads(snapshot) if snapshot.__class__ is bytes else snapshot
             await self.store.add_items(prior.conversation, [*self.shaped(own), *(response.get("output") or [])])
 
-    def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict]) -> transport.Paced:
+    def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict],
+                 replay: Replay | None = None) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends
-        (not when the client left or the stream was dropped)."""
-        recording = Recording()
+        (not when the client left or the stream was dropped). With `replay` (what renders the
+        same events again) and a store that keeps what it can render later (the memory
+        store), only the number of events is recorded: nothing is parsed, serialised or
+        packed unless the response is read."""
+        recording = Recording(keep_chunks=replay is None or not getattr(self.store, "defers", False))
         chunks.on_chunk = recording.add
-        chunks.on_end = lambda: self._keep(recording.frames(), body, prior, own)
+        if recording.keep_chunks:
+            chunks.on_end = lambda: self._keep(recording.frames(), body, prior, own)
+        else:
+            chunks.on_end = lambda: self._keep_replay(replay, recording.events, body, prior, own)
         return chunks
+
+    async def _keep_replay(self, replay: Replay, events: int, body: dict, prior: Prior,
+                           own: list[dict]) -> None:
+        if wants_store(body):
+            answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
+            plan = replay.plan
+            plan.forget_tokens()
+            record = StoredResponse(plan.id, None, answered, bool(body.get("background")), prior.conversation,
+                                    status=plan.status, render=replay.response_json)
+            await self.store.put_response(record, Frames.later(replay.frames_blob, events))
+            if prior.conversation:
+                await self.conclude(body, prior, own, record.response)
 
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
         snapshot = latest_snapshot(frames.blob)
@@ -202,20 +222,41 @@ class ResponseState:
 
 
 class Recording:
-    """The events of a stream as written (keep-alive comments left out), counted as they go."""
-    __slots__ = ("chunks", "events")
+    """The events of a stream as written (keep-alive comments left out), counted as they go;
+    without `keep_chunks`, only counted."""
+    __slots__ = ("chunks", "events", "keep_chunks")
 
-    def __init__(self):
+    def __init__(self, keep_chunks: bool = True):
         self.chunks: list[bytes] = []
         self.events = 0
+        self.keep_chunks = keep_chunks
 
     def add(self, batch: list, chunk: bytes) -> None:
         if batch:
-            self.chunks.append(chunk)
+            if self.keep_chunks:
+                self.chunks.append(chunk)
             self.events += len(batch)
 
     def frames(self) -> Frames:
         return Frames(b"".join(self.chunks), self.events)
+
+
+class Replay:
+    """A stream rendered again, byte for byte, from the template and plan it was rendered
+    from (rendering depends on nothing else), in place of its kept bytes. Its response is
+    the last lifecycle event's, as a kept stream's is (a template whose stream has none:
+    its body)."""
+    __slots__ = ("template", "plan", "req")
+
+    def __init__(self, template, plan, req: dict):
+        self.template, self.plan, self.req = template, plan, req
+
+    def frames_blob(self) -> bytes:
+        return b"".join(map(transport.sse_frame, self.template.events(plan=self.plan, req=self.req)))
+
+    def response_json(self) -> bytes:
+        snapshot = latest_snapshot(self.frames_blob())
+        return self.template.body_json(plan=self.plan, req=self.req) if snapshot is None else dumps(snapshot)
 
 
 def latest_snapshot(stream: bytes) -> dict | None:

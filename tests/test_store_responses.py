@@ -251,6 +251,29 @@ def test_a_replay_leaves_out_the_keep_alive_comments(live_server_factory):
     assert replayed.split("\n\n")[:-1] == frames
 
 
+def test_a_streamed_response_reads_back_as_its_last_event_left_it(client):
+    events = stream_events(client, model="o3", input="Think, then answer.",
+                           reasoning={"effort": "low", "summary": "auto"})
+    assert events[-1]["type"] == "response.completed"
+    stored = client.responses.with_raw_response.retrieve(events[-1]["response"]["id"])
+    validate("Response", stored.http_response.json())
+    assert stored.http_response.json() == events[-1]["response"]
+
+
+def test_a_stream_a_fault_cut_replays_as_the_client_saw_it(server):
+    with httpx.stream("POST", f"{server.base}/responses", timeout=10,
+                      headers={"x-llmsim-fault": "stream_failed;after_tokens=3"},
+                      json={"model": MODEL, "input": "Fail half way.", "stream": True}) as r:
+        streamed = "".join(r.iter_text())
+    frames = [frame for frame in streamed.split("\n\n") if frame]
+    assert "event: response.failed" in frames[-1]
+    response_id = streamed.split('"id":"', 1)[1].split('"', 1)[0]
+    replayed = httpx.get(f"{server.base}/responses/{response_id}", params={"stream": "true"}, timeout=10).text
+    assert replayed.split("\n\n")[:-1] == frames
+    stored = httpx.get(f"{server.base}/responses/{response_id}", timeout=10).json()
+    assert stored["status"] == "failed"
+
+
 def test_a_response_that_was_not_streamed_cannot_be_replayed(client):
     created = client.responses.create(model=MODEL, input="Plain.")
     with pytest.raises(openai.BadRequestError) as exc:

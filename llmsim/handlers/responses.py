@@ -5,7 +5,7 @@ from llmsim import plan as planning
 from llmsim import transport
 from llmsim.fastpath import received_at, request_headers
 from llmsim.simulator import Simulator
-from llmsim.state import wants_store
+from llmsim.state import Replay, wants_store
 
 
 class ResponsesHandlers:
@@ -27,11 +27,13 @@ class ResponsesHandlers:
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
             return transport.sse_response(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
-            events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
+            rendered = self.template.events(plan=plan, req=body)
+            events = fault.stream(rendered, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             chunks = transport.Paced(events, start, sim.clock, keepalive, sim.stats.lateness)
-            if wants_store(body):
-                chunks = sim.state.recorded(chunks, body, prior, own)
+            if wants_store(body):       # a stream no fault cut can be rendered again when read
+                replay = Replay(self.template, plan, body) if events is rendered else None
+                chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.sse_response(chunks)
         await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)

@@ -16,7 +16,7 @@ as soon as its creation answers); backends batch the writes of concurrent reques
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,13 +40,27 @@ class Bounds:
 
 class Frames(Sequence):
     """SSE frames kept together: one blob of whole frames (each ends with a blank line and
-    contains no other), counted without splitting it; indexing or iterating splits it once."""
-    __slots__ = ("blob", "_count", "_split")
+    contains no other), counted without splitting it; indexing or iterating splits it once.
+    `Frames.later(render, count)` are frames not rendered yet: `render()` makes the blob
+    when something first reads it (the memory store never does until a replay)."""
+    __slots__ = ("_blob", "_count", "_split", "render")
 
     def __init__(self, blob: bytes, count: int | None = None):
-        self.blob = blob
+        self._blob, self.render = blob, None
         self._count = blob.count(b"\n\n") if count is None else count   # ~10 µs for 12 KB
         self._split: list[bytes] | None = None
+
+    @classmethod
+    def later(cls, render: Callable[[], bytes], count: int) -> "Frames":
+        frames = cls.__new__(cls)
+        frames._blob, frames.render, frames._count, frames._split = None, render, count, None
+        return frames
+
+    @property
+    def blob(self) -> bytes:
+        if self._blob is None:
+            self._blob = self.render()
+        return self._blob
 
     def __len__(self) -> int:
         return self._count
@@ -80,26 +94,35 @@ def frames_after(blob: bytes, first_seq: int, after: int) -> list[bytes]:
 class StoredResponse:
     """One stored response: `response` is its latest snapshot; `events` counts its SSE frames.
     A snapshot given as JSON (`response_json`, the bytes a handler already wrote) is kept as it
-    is and parsed only if something reads `response`."""
-    __slots__ = ("id", "_response", "_json", "_status", "input_items", "background", "conversation", "events")
+    is and parsed only if something reads `response`; one given as `render` (a callable making
+    that JSON) is rendered only when something reads it (`deferred` until then)."""
+    __slots__ = ("id", "_response", "_json", "_status", "input_items", "background", "conversation",
+                 "events", "render")
 
     def __init__(self, id: str, response: dict[str, Any] | None = None,
                  input_items: list[dict[str, Any]] | None = None, background: bool = False,
                  conversation: str | None = None, events: int = 0, *,
-                 response_json: bytes | None = None, status: str | None = None):
+                 response_json: bytes | None = None, status: str | None = None,
+                 render: Callable[[], bytes] | None = None):
         self.id, self._response, self._json, self._status = id, response, response_json, status
         self.input_items = [] if input_items is None else input_items
         self.background, self.conversation, self.events = background, conversation, events
+        self.render = render
+
+    @property
+    def deferred(self) -> bool:
+        return self._json is None and self._response is None and self.render is not None
 
     @property
     def response(self) -> dict[str, Any]:
         if self._response is None:
-            self._response = orjson.loads(self._json)
+            self._response = orjson.loads(self.response_json())
         return self._response
 
     def response_json(self) -> bytes:
         if self._json is None:
-            self._json = dumps(self._response)
+            self._json = self.render() if self._response is None and self.render is not None \
+                else dumps(self._response)
         return self._json
 
     @property
@@ -121,11 +144,13 @@ class StoredResponse:
                              "conversation": self.conversation})
 
     @classmethod
-    def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int,
+    def from_json(cls, response_id: str, response: bytes | Callable[[], bytes], meta: bytes, events: int,
                   status: str | None = None) -> "StoredResponse":
+        """A record from what a backend keeps; `response` is its JSON, or what renders it."""
         extra = orjson.loads(meta)
+        json, render = (response, None) if response.__class__ is bytes else (None, response)
         return cls(response_id, None, extra["input_items"], extra["background"], extra["conversation"],
-                   events, response_json=response, status=status)
+                   events, response_json=json, status=status, render=render)
 
 
 @dataclass(slots=True)

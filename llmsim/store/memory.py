@@ -6,12 +6,15 @@ call runs to completion without awaiting, so each is atomic and its write is vis
 next call at once, as the store interface asks.
 
 Entries hold what the other backends hold: serialized JSON and LZ4-packed SSE frames (a
-reader gets its own copy; ~3.6 KB per kept 32-token Responses stream). The dicts are in
-order of creation, so the oldest entry is the first: eviction beyond `max_entries` pops from
-the front (an `OrderedDict`: a plain dict steps over every slot freed at its front, ~4 µs
-a pop), and every `SWEEP_EVERY` writes the `SWEEP_EVERY` oldest entries of each kind are
+reader gets its own copy), except for a streamed response no fault cut (a deferred record,
+llmsim.state.Replay): its entry keeps what renders its frames and its JSON again (template
+and plan), rendered only if it is read; its JSON then stays. The dicts are in order of
+creation, so the oldest entry is the first: eviction beyond `max_entries` pops from the
+front (an `OrderedDict`: a plain dict steps over every slot freed at its front, ~4 µs a
+pop), and every `SWEEP_EVERY` writes the `SWEEP_EVERY` oldest entries of each kind are
 looked at and the expired ones dropped (expired entries already read as missing).
-Keeping a 32-token Responses stream costs ~40 µs of CPU here, ~100 µs in the temp LMDB store.
+Keeping a 32-token Responses stream costs ~9 µs of CPU and ~3.7 KB here (~25 µs and
+~5.2 KB when its bytes are kept), ~100 µs in the temp LMDB store.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Sequence
 import orjson
 
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
+from llmsim.store.base import ACTIVE, Bounds, Conversation, Frames, StoredResponse, frames_after, pack
 
 SWEEP_EVERY = 256
 
@@ -41,7 +44,7 @@ class _Response:
                  chunks: list[tuple[int, int, bytes]]):
         self.expires, self.status, self.response, self.meta = expires, status, response, meta
         self.events = events
-        self.chunks = chunks     # (first sequence number, frame count, packed frames)
+        self.chunks = chunks     # (first sequence number, frame count, packed frames or what renders them)
 
 
 class _Conversation:
@@ -55,6 +58,8 @@ class _Conversation:
 
 
 class MemoryStore:
+    defers = True       # keeps a deferred record (and frames) as what renders it (llmsim.state.Replay)
+
     def __init__(self, bounds: Bounds):
         self.bounds = bounds
         self._responses: OrderedDict[str, _Response] = OrderedDict()
@@ -92,8 +97,10 @@ class MemoryStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        chunks = [(0, len(frames), pack(frames))] if frames else []
-        entry = _Response(self.bounds.expires(time.time()), record.status, _owned(record.response_json()),
+        response = record.render if record.deferred else _owned(record.response_json())
+        render_frames = getattr(frames, "render", None)     # frames not rendered yet stay so
+        chunks = [(0, len(frames), render_frames or pack(frames))] if frames else []
+        entry = _Response(self.bounds.expires(time.time()), record.status, response,
                           _owned(record.meta_json()), len(frames), chunks)
         self._created(self._responses, record.id, entry)
 
@@ -101,6 +108,8 @@ class MemoryStore:
         entry = self._live(self._responses, response_id)
         if entry is None:
             return None
+        if entry.response.__class__ is not bytes:       # rendered once, when first read
+            entry.response = _owned(entry.response())
         return StoredResponse.from_json(response_id, entry.response, entry.meta, entry.events, entry.status)
 
     async def delete_response(self, response_id: str) -> bool:
@@ -127,7 +136,8 @@ class MemoryStore:
         found: list[bytes] = []
         for first_seq, count, blob in entry.chunks:
             if first_seq + count - 1 > after:
-                found += frames_after(blob, first_seq, after)
+                found += (frames_after(blob, first_seq, after) if blob.__class__ is bytes
+                          else Frames(blob(), count)[max(0, after + 1 - first_seq):])
         return found, entry.status
 
     # ---- conversations ---------------------------------------------------------------
