@@ -14,7 +14,8 @@ becomes (roughly)
 
 Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
-can occur. An `$object` with a fixed name is inlined too, its `$with` variables bound to
+can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
+writes the default as constant JSON when the field is absent. An `$object` with a fixed name is inlined too, its `$with` variables bound to
 locals (one whose object only writes it out whole holds its JSON bytes), unless the object
 loops or names objects by expression: then its own function is called. One named by
 `"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
@@ -23,6 +24,7 @@ function is only a fast path: on any exception it hands the value to the closure
 """
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from typing import Any, Callable, NamedTuple
@@ -43,6 +45,27 @@ class Gen(NamedTuple):
     const: bytes | None = None
     omittable: bool = False
     parts: tuple = ()       # when `code` joins these (bytes and code): a parent joins them itself
+
+
+def _echoed_with_default(code: str) -> tuple[str, bytes] | None:
+    """For `given(m.get(k), <literal>)` (a request field echoed back, usually absent): the code
+    of `m.get(k)` and the JSON of the literal. `m.get(k)` is never jinja's Undefined, so
+    `given` then only stands for `is None`."""
+    try:
+        call = ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "given"
+            and len(call.args) == 2 and not call.keywords):
+        return None
+    got, default = call.args
+    if not (isinstance(got, ast.Call) and isinstance(got.func, ast.Attribute) and got.func.attr == "get"):
+        return None
+    try:
+        value = ast.literal_eval(default)
+    except ValueError:
+        return None
+    return ast.unparse(got), dumps(value)
 
 
 def _const(data: bytes) -> Gen:
@@ -279,6 +302,11 @@ class JsonCodegen:
                 return Gen(local)
         code = self.value_code(text, where)
         if not self._may_omit(text):
+            echoed = _echoed_with_default(code)
+            if echoed is not None:          # its default's JSON a constant: no `given`, no dumps
+                got, default = echoed
+                v = f"_v{next(self._ids)}"
+                return Gen(f"({default!r} if ({v} := {got}) is None else _d({v}))")
             return Gen(f"_d({code})")
         v = f"_v{next(self._ids)}"
         return Gen(f"(None if ({v} := {code}) is OMIT else _d({v}))", omittable=True)

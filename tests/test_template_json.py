@@ -144,3 +144,20 @@ stream:
     assert [e.data for e in events] == [{"fixed": [1, 2], "mixed": [["a", 1], ["a", 2]]},
                                         {"fixed": [1, 2], "mixed": [["b", 1], ["b", 2]]}]
     assert [e.json for e in events] == [dumps(e.data) for e in events]
+
+
+def test_an_echoed_request_field_writes_its_default_only_when_the_field_is_absent_or_null(compile_one):
+    t = compile_one("""
+body:
+  temperature: "{{ given(req.get('temperature'), 1.0) }}"
+  text: "{{ given(req.get('text'), {'format': {'type': 'text'}}) }}"
+  store: "{{ given(req.get('store'), true) }}"
+""")
+    for req in ({}, {"temperature": None, "text": None, "store": None},
+                {"temperature": 0, "text": {"format": {"type": "json_object"}}, "store": False}):
+        written = t.body_json(req=req)
+        assert written == dumps(t.body(req=req))
+    assert orjson.loads(t.body_json(req={})) == {"temperature": 1.0, "text": {"format": {"type": "text"}},
+                                                 "store": True}
+    assert orjson.loads(t.body_json(req={"temperature": 0, "store": False, "text": None})) == {
+        "temperature": 0, "text": {"format": {"type": "text"}}, "store": False}
