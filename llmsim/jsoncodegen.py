@@ -15,9 +15,10 @@ becomes (roughly)
 Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
 can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
-writes the default as constant JSON when the field is absent. An `$object` with a fixed name is inlined too, its `$with` variables bound to
-locals (one whose object only writes it out whole holds its JSON bytes), unless the object
-loops or names objects by expression: then its own function is called. One named by
+writes the default as constant JSON when the field is absent. An `$object` with a fixed
+name is inlined too, its `$with` variables bound to locals (one whose object only writes
+it out whole holds its JSON bytes), unless the object loops or names objects by
+expression: then its own function is called. One named by
 `"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
 function is only a fast path: on any exception it hands the value to the closure writer of
 `jsonwriter`, which gives the same bytes or the precise template error.
