@@ -30,6 +30,9 @@ from llmsim.templates import Event
 ITEM_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
                  "reasoning": "rs_"}
 CANCEL_ATTEMPTS = 20
+# A kept Replay holds its request, whose input the entry also keeps as JSON: only requests
+# this small (a few KB of text) are kept that way; larger ones are kept as bytes.
+REPLAY_MAX_INPUT_TOKENS = 2048
 
 
 def new_item_id(item: dict, rng) -> str:
@@ -167,8 +170,9 @@ class ResponseState:
         (not when the client left or the stream was dropped). With `replay` (what renders the
         same events again) and a store that keeps what it can render later (the memory
         store), only the number of events is recorded: nothing is parsed, serialised or
-        packed unless the response is read."""
-        recording = Recording(keep_chunks=replay is None or not getattr(self.store, "defers", False))
+        packed unless the response is read (requests of up to `REPLAY_MAX_INPUT_TOKENS`)."""
+        recording = Recording(keep_chunks=replay is None or not getattr(self.store, "defers", False)
+                              or replay.plan.usage.input_tokens > REPLAY_MAX_INPUT_TOKENS)
         chunks.on_chunk = recording.add
         if recording.keep_chunks:
             chunks.on_end = lambda: self._keep(recording.frames(), body, prior, own)

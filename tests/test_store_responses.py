@@ -260,6 +260,14 @@ def test_a_streamed_response_reads_back_as_its_last_event_left_it(client):
     assert stored.http_response.json() == events[-1]["response"]
 
 
+def test_a_streamed_response_with_a_long_input_reads_back_and_replays_as_streamed(client):
+    events = stream_events(client, model=MODEL, input="word " * 3000)
+    assert events[-1]["response"]["usage"]["input_tokens"] > 2048
+    response_id = events[-1]["response"]["id"]
+    assert client.responses.with_raw_response.retrieve(response_id).http_response.json() == events[-1]["response"]
+    assert [e.to_dict() for e in client.responses.retrieve(response_id, stream=True)] == events
+
+
 def test_a_stream_a_fault_cut_replays_as_the_client_saw_it(server):
     with httpx.stream("POST", f"{server.base}/responses", timeout=10,
                       headers={"x-llmsim-fault": "stream_failed;after_tokens=3"},
