@@ -19,12 +19,29 @@ from llmsim.templates import Event
 
 JSON = "application/json"
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_SSE_RAW_HEADERS = ((b"content-type", b"text/event-stream; charset=utf-8"),
+                    *((k.encode("latin-1"), v.encode("latin-1")) for k, v in SSE_HEADERS.items()))
 
 
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
     """A JSON answer: `body` is a JSON-able value or its serialised bytes (`Template.body_json`)."""
     content = body if body.__class__ is bytes else dumps(body)
+    if headers is None:
+        return JSONBytes(content, status)
     return Response(content, status_code=status, media_type=JSON, headers=headers)
+
+
+class JSONBytes(Response):
+    """JSON bytes with starlette's Response's headers (content-length, content-type), made
+    directly rather than by its general path (headers given, charset, 204/304 rules)."""
+    media_type = JSON
+
+    def __init__(self, content: bytes, status: int = 200):  # noqa: super (sets what it would)
+        self.status_code, self.background, self.body = status, None, content
+        self.raw_headers = [(b"content-length", str(len(content)).encode()), _JSON_TYPE]
+
+
+_JSON_TYPE = (b"content-type", JSON.encode())
 
 
 _HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start
@@ -136,9 +153,9 @@ class SSEResponse(Response):
     def __init__(self, chunks: AsyncIterator[bytes], headers: dict | None = None):  # noqa: super
         self.chunks = chunks
         self.status_code, self.background = 200, None
-        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                            *((k.encode("latin-1"), v.encode("latin-1"))
-                              for k, v in {**SSE_HEADERS, **(headers or {})}.items())]
+        self.raw_headers = list(_SSE_RAW_HEADERS) if not headers else [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items())]
         self.finished = self.left = False
 
     async def __call__(self, scope, receive, send) -> None:
