@@ -142,11 +142,11 @@ class ResponseState:
         """The conversation a follow-up continues: what it answered, then what it said."""
         return [*self.shaped(record.input_items), *record.output_items]
 
-    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes,
+    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes | Replay,
                    frames: Sequence[bytes] = (), plan=None) -> None:
         """Keep a response (with its first SSE frames) unless the request said `store: false`.
-        `snapshot` is the response object, or the JSON a handler wrote from `plan` (whose id and
-        status it carries), kept as written."""
+        `snapshot` is the response object, the JSON a handler wrote from `plan` (whose id and
+        status it carries), kept as written, or the Replay that renders it when read."""
         if not wants_store(body):
             return
         answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
@@ -154,6 +154,11 @@ class ResponseState:
         if snapshot.__class__ is bytes:
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
                                     response_json=snapshot, status=plan.status)
+        elif snapshot.__class__ is Replay:
+            plan = snapshot.plan
+            plan.forget_tokens()
+            record = StoredResponse(plan.id, None, answered, background, prior.conversation,
+                                    status=plan.status, render=snapshot.response_json)
         else:
             record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation)
         await self.store.put_response(record, frames)
@@ -182,15 +187,9 @@ class ResponseState:
 
     async def _keep_replay(self, replay: Replay, events: int, body: dict, prior: Prior,
                            own: list[dict]) -> None:
-        if wants_store(body):
-            answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
-            plan = replay.plan
-            plan.forget_tokens()
-            record = StoredResponse(plan.id, None, answered, bool(body.get("background")), prior.conversation,
-                                    status=plan.status, render=replay.response_json)
-            await self.store.put_response(record, Frames.later(replay.frames_blob, events))
-            if prior.conversation:
-                await self.conclude(body, prior, own, record.response)
+        await self.save(body, prior, own, replay, Frames.later(replay.frames_blob, events))
+        if prior.conversation:          # its output joins the conversation: rendered now
+            await self.conclude(body, prior, own, replay.response_json())
 
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
         snapshot = latest_snapshot(frames.blob)

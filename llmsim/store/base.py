@@ -144,13 +144,11 @@ class StoredResponse:
                              "conversation": self.conversation})
 
     @classmethod
-    def from_json(cls, response_id: str, response: bytes | Callable[[], bytes], meta: bytes, events: int,
+    def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int,
                   status: str | None = None) -> "StoredResponse":
-        """A record from what a backend keeps; `response` is its JSON, or what renders it."""
         extra = orjson.loads(meta)
-        json, render = (response, None) if response.__class__ is bytes else (None, response)
         return cls(response_id, None, extra["input_items"], extra["background"], extra["conversation"],
-                   events, response_json=json, status=status, render=render)
+                   events, response_json=response, status=status)
 
 
 @dataclass(slots=True)
