@@ -21,6 +21,7 @@ JSON = "application/json"
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SSE_RAW_HEADERS = ((b"content-type", b"text/event-stream; charset=utf-8"),
                     *((k.encode("latin-1"), v.encode("latin-1")) for k, v in SSE_HEADERS.items()))
+_JSON_TYPE = (b"content-type", JSON.encode())
 
 
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
@@ -39,9 +40,6 @@ class JSONBytes(Response):
     def __init__(self, content: bytes, status: int = 200):  # noqa: super (sets what it would)
         self.status_code, self.background, self.body = status, None, content
         self.raw_headers = [(b"content-length", str(len(content)).encode()), _JSON_TYPE]
-
-
-_JSON_TYPE = (b"content-type", JSON.encode())
 
 
 _HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start
