@@ -27,18 +27,18 @@ _JSON_TYPE = (b"content-type", JSON.encode())
 def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
     """A JSON answer: `body` is a JSON-able value or its serialised bytes (`Template.body_json`)."""
     content = body if body.__class__ is bytes else dumps(body)
-    if headers is None:
-        return JSONBytes(content, status)
+    if headers is None and status == 200:
+        return JSONBytes(content)
     return Response(content, status_code=status, media_type=JSON, headers=headers)
 
 
 class JSONBytes(Response):
-    """JSON bytes with starlette's Response's headers (content-length, content-type), made
-    directly rather than by its general path (headers given, charset, 204/304 rules)."""
+    """A 200 with JSON bytes and starlette's Response's headers (content-length, content-type),
+    made directly rather than by its general path (given headers, charset, 204/304 rules)."""
     media_type = JSON
 
-    def __init__(self, content: bytes, status: int = 200):  # noqa: super (sets what it would)
-        self.status_code, self.background, self.body = status, None, content
+    def __init__(self, content: bytes):  # noqa: super (sets what it would)
+        self.status_code, self.background, self.body = 200, None, content
         self.raw_headers = [(b"content-length", str(len(content)).encode()), _JSON_TYPE]
 
 
