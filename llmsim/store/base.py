@@ -86,7 +86,8 @@ def pack(frames: Sequence[bytes]) -> bytes:
 
 def frames_after(blob: bytes, first_seq: int, after: int) -> list[bytes]:
     """The frames of a packed blob (sequence numbers first_seq..) numbered above `after`.
-    A blob not starting like LZ4 holds raw frames (SQLite files from before compression)."""
+    A blob not starting like LZ4 holds raw frames (SQLite files from before compression, a
+    memory store's stream rendered again)."""
     raw = lz4.frame.decompress(blob) if blob.startswith(LZ4_MAGIC) else blob
     return [frame + b"\n\n" for frame in raw.split(b"\n\n")[:-1]][max(0, after + 1 - first_seq):]
 

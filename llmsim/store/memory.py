@@ -27,7 +27,7 @@ from typing import Sequence
 import orjson
 
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, Bounds, Conversation, Frames, StoredResponse, frames_after, pack
+from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 SWEEP_EVERY = 256
 
@@ -137,8 +137,7 @@ class MemoryStore:
         found: list[bytes] = []
         for first_seq, count, blob in entry.chunks:
             if first_seq + count - 1 > after:
-                found += (frames_after(blob, first_seq, after) if blob.__class__ is bytes
-                          else Frames(blob(), count)[max(0, after + 1 - first_seq):])
+                found += frames_after(blob if blob.__class__ is bytes else blob(), first_seq, after)
         return found, entry.status
 
     # ---- conversations ---------------------------------------------------------------
