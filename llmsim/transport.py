@@ -152,7 +152,7 @@ class SSEResponse(Response):
         self.chunks = chunks
         self.status_code, self.background = 200, None
         self.raw_headers = list(_SSE_RAW_HEADERS) if not headers else [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
+            _SSE_RAW_HEADERS[0],        # the content type
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items())]
         self.finished = self.left = False
 
