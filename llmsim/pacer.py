@@ -115,7 +115,8 @@ class PacedStream:
             self.first_wait = self.first_wait and not self.stepped
             wait = self.write(batch)
             if self.lateness is not None:       # once written; on the stream's clock (precise)
-                self.lateness.observe(max(0.0, self.clock.now() - batch_due))
+                late = self.clock.now() - batch_due
+                self.lateness.observe(late if late > 0.0 else 0.0)
         elif self.keepalive_at is not None and now >= self.keepalive_at:
             wait = self.write([])               # a comment line while waiting for the first token
         self.stepped, self.keepalive_at = True, None
