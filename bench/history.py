@@ -22,24 +22,26 @@ COLUMNS = ["ended", "build", "options", "W1", "W2", "W3", "W4", "W4 rounds",
            "N=1000 lateness p99 (ms)", "W6 MB"]
 
 
+def sides(results: dict, workload: str) -> tuple[dict, dict]:
+    """llmsim's and the peer's figures for `workload` ({} for a side the run has not)."""
+    both = results.get(workload) or {}
+    return both.get("llmsim") or {}, both.get("peer") or {}
+
+
 def rate_ratio(results: dict, workload: str) -> str:
-    sides = results.get(workload) or {}
-    mine, peer = sides.get("llmsim"), sides.get("peer")
-    if not mine or not peer or not peer.get(RATES[workload]):
+    mine, peer = sides(results, workload)
+    if not mine or not peer.get(RATES[workload]):
         return ""
     return f"{mine[RATES[workload]] / peer[RATES[workload]]:.2f}x"
 
 
 def w4_rounds(results: dict) -> str:
-    sides = results.get("W4") or {}
-    mine, peer = (sides.get("llmsim") or {}).get("rounds"), (sides.get("peer") or {}).get("rounds")
-    if not mine or not peer:
-        return ""
-    return " / ".join(f"{a / b:.2f}" for a, b in zip(mine, peer) if b)
+    mine, peer = sides(results, "W4")
+    return " / ".join(f"{a / b:.2f}" for a, b in zip(mine.get("rounds", ()), peer.get("rounds", ())) if b)
 
 
 def lateness_rounds(results: dict) -> str:
-    mine = (results.get("W5 N=1000") or {}).get("llmsim") or {}
+    mine, _ = sides(results, "W5 N=1000")
     rounds = [r.get("lateness_ms/p99") for r in mine.get("rounds", [])]
     if not rounds and mine.get("lateness_ms"):
         rounds = [mine["lateness_ms"].get("p99")]
@@ -47,8 +49,7 @@ def lateness_rounds(results: dict) -> str:
 
 
 def memory(results: dict) -> str:
-    sides = results.get("W6 N=1000") or {}
-    mine, peer = sides.get("llmsim"), sides.get("peer")
+    mine, peer = sides(results, "W6 N=1000")
     if not mine or not peer:
         return ""
     return f"{mine['peak_rss_mb']:.1f} / {peer['peak_rss_mb']:.1f}"
@@ -63,12 +64,14 @@ def options(settings: dict) -> str:
     return " ".join(parts)
 
 
-def row(doc: dict) -> list[str]:
+def row(doc: dict) -> tuple[list[str], list[str]]:
+    """A run's cells: what it was (when, build, options), then its figures."""
     meta, results = doc["meta"], doc["results"]
     build = meta.get("llmsim_commit") or "?"
-    return [meta["time"][:16].replace("T", " "), build + ("+" if meta.get("llmsim_dirty") else ""),
-            options(meta.get("settings", {})), *(rate_ratio(results, w) for w in RATES),
-            w4_rounds(results), lateness_rounds(results), memory(results)]
+    run = [meta["time"][:16].replace("T", " "), build + ("+" if meta.get("llmsim_dirty") else ""),
+           options(meta.get("settings", {}))]
+    return run, [*(rate_ratio(results, w) for w in RATES), w4_rounds(results),
+                 lateness_rounds(results), memory(results)]
 
 
 def main() -> None:
@@ -84,12 +87,12 @@ def main() -> None:
             continue
         try:
             doc = json.loads(path.read_text())
-            cells = row(doc)
+            run, figures = row(doc)
         except (OSError, ValueError, KeyError) as exc:
             print(f"{path}: skipped ({exc.__class__.__name__}: {exc})", file=sys.stderr)
             continue
-        if any(cells[3:]):
-            rows.append(cells)
+        if any(figures):
+            rows.append(run + figures)
         else:
             print(f"{path}: skipped (none of the figures above)", file=sys.stderr)
     if args.markdown:
