@@ -12,7 +12,10 @@ becomes (roughly)
         return b"".join((b'{"kind":"greeting","n":', _d(_n_seq), b',"text":',
                          _d(_n_token.text), b'}'))
 
-Constant sub-trees are serialised once; expressions are inlined (dotted names as item/attribute
+Constant sub-trees are serialised once; what one render gives one value is computed once per
+render (the `_m` memo), and what an event inside a stream's loop reads of an outer loop once
+per run of that loop (the `_lm` memo: a Responses delta's `item_id` and `output_index`, once
+per output item); expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
 can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
 writes the default as constant JSON when the field is absent. An `$object` with a fixed
@@ -99,13 +102,16 @@ def _concat(parts: list) -> str:
     return _joined(parts).code
 
 
+LOCAL = "@"     # marks a read of a variable the writer binds itself (a `$for`'s, a `$with`'s)
+
+
 class _Without:
     """An entry's read set, seen from inside a loop of that entry: the loop variable is the
     loop's own, not a read of the entry's."""
     __slots__ = ("reads", "name")
 
     def __init__(self, reads, name: str):
-        self.reads, self.name = reads, name
+        self.reads, self.name = reads, LOCAL + name
 
     def add(self, name: str) -> None:
         if name != self.name:
@@ -134,6 +140,8 @@ class JsonCodegen:
         self._reads: list = []                    # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
+        self._loop_fixed: frozenset[str] = frozenset()  # ... but these, per step loop (`writer`)
+        self._local_loops: list[str] = []         # variables of the `$for`s being generated
         # while an object is inlined: its `$with` variables -> (the local holding the value,
         # whether it holds the value's JSON bytes rather than the value)
         self._subst: dict[str, tuple[str, bool]] = {}
@@ -142,10 +150,17 @@ class JsonCodegen:
                        "$for": self._for, "$if": self._if, "dict": self._dict,
                        "const": lambda node, where: _const(dumps(node))}
 
-    def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None) -> Writer:
+    def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None,
+               loop_fixed: frozenset[str] = frozenset()) -> Writer:
         """`node`'s JSON writer: generated code, with `fallback` when it raises; the writer
-        of the object `name`, when given, which other writers may call."""
-        gen, names = self._scoped(node, where)
+        of the object `name`, when given, which other writers may call. `loop_fixed`: for an
+        event inside a stream's loop, the variables of outer loops, which keep their values
+        while that loop runs (llmsim.stepcodegen gives each run of a loop a new `_lm` memo)."""
+        outer, self._loop_fixed = self._loop_fixed, frozenset(loop_fixed)
+        try:
+            gen, names = self._scoped(node, where)
+        finally:
+            self._loop_fixed = outer
         if gen.const is not None:
             data = gen.const
             fast = lambda ctx: data         # noqa: E731
@@ -205,9 +220,10 @@ class JsonCodegen:
     def _var(self, name: str) -> str:
         """Code reading variable `name`: the local it was read into, or the `$with` binding
         of the object being inlined."""
-        for reads in self._reads:
-            reads.add(name)
         bound = self._subst.get(name)
+        read = LOCAL + name if bound is not None or name in self._local_loops else name
+        for reads in self._reads:
+            reads.add(read)
         if bound is None:
             self._names.add(name)
             return f"_n_{name}"
@@ -222,8 +238,9 @@ class JsonCodegen:
         and a missing one is an Undefined made once (`_u_name`), not one per render."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
-        if "_m[" in code:
-            lines.append("    _m = ctx['__memo']")
+        for memo, key in (("_m", "__memo"), ("_lm", "__loop_memo")):
+            if re.search(rf"\b{memo}\[", code):
+                lines.append(f"    {memo} = ctx[{key!r}]")
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
         for var in sorted(optional):
             self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
@@ -316,10 +333,12 @@ class JsonCodegen:
     def _may_omit(text: str) -> bool:
         return "omit" in text
 
-    def _entry(self, node: Any, where: str) -> tuple[Gen, bool]:
-        """A dict entry's code, and whether it may be memoised: it reads only variables that
-        no template rebinds (the ones a template is rendered with: plan, req, ...), so it has
-        one value per render, and it embeds no object (whose reads are not tracked)."""
+    def _entry(self, node: Any, where: str) -> tuple[Gen, str | None]:
+        """A dict entry's code, and the memo that may keep it (None: computed every time). An
+        entry that embeds no object (whose reads are not tracked) and reads only variables
+        that no template rebinds (the ones a template is rendered with: plan, req, ...) has
+        one value per render (`_m`); one whose rebound variables are all `loop_fixed`, one
+        value per run of the event's loop (`_lm`)."""
         reads: set[str] = set()
         self._reads.append(reads)
         try:
@@ -327,23 +346,26 @@ class JsonCodegen:
         finally:
             self._reads.pop()
         if gen.const is not None:
-            return gen, True
-        stable = not gen.omittable and not (reads & self.bound) and "__opaque__" not in reads
-        return gen, stable
+            return gen, "_m"
+        if gen.omittable or "__opaque__" in reads or any(read[0] == LOCAL for read in reads):
+            return gen, None
+        rebound = reads & self.bound
+        return gen, "_m" if not rebound else "_lm" if rebound <= self._loop_fixed else None
 
     def _memoised(self, entries: list) -> list:
-        """Runs of memoisable entries -> one entry each whose code is looked up in the render's
-        memo (`ctx['__memo']`, one dict per `Template.events` / `body_json` call)."""
+        """Runs of memoisable entries -> one entry each whose code is looked up in a memo: the
+        render's (`ctx['__memo']`, one dict per `Template.events` / `body_json` call), or,
+        when one entry of the run needs it, the loop's (`ctx['__loop_memo']`)."""
         out, run = [], []
 
         def close_run():
             if any(g.const is None for _, g, _ in run):
-                key = next(self._memo_ids)
+                key, memo = next(self._memo_ids), "_lm" if any(m == "_lm" for _, _, m in run) else "_m"
                 parts: list = []
                 for i, (prefix, g, _) in enumerate(run):
                     parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g]
-                code = f"(_m[{key}] if {key} in _m else _m.setdefault({key}, {_concat(parts)}))"
-                out.append((b"", Gen(code), False))
+                code = f"({memo}[{key}] if {key} in {memo} else {memo}.setdefault({key}, {_concat(parts)}))"
+                out.append((b"", Gen(code), None))
             else:
                 out.extend(run)
             run.clear()
@@ -567,10 +589,12 @@ class JsonCodegen:
         # the loop variable read in the body is the loop's own: an entry holding the whole
         # loop does not read it (so a loop over request data is memoised with the request)
         outer_reads, self._reads = self._reads, [_Without(reads, var) for reads in self._reads]
+        self._local_loops.append(var)
         try:
             body, names = self._scoped(node.get("$do"), f"{where}.$do")
         finally:
             self._reads = outer_reads
+            self._local_loops.pop()
         if body.const is not None:
             return Gen(f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
         item = self._define(body.code, names)

@@ -17,7 +17,9 @@ one generated function they are plain Python loops, e.g. (roughly)
 
 A loop's variables live in one dict per loop, made when the loop starts and updated for each
 item: every value an event needs (its JSON, its time) is computed before the event is yielded,
-so nothing keeps a context past its event. The expressions, tests and JSON writers called are
+so nothing keeps a context past its event. That dict also holds the loop's own memo
+(`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON of what
+it reads of outer loops (llmsim.jsoncodegen: `loop_fixed`). The expressions, tests and JSON writers called are
 the ones `templates.Compiler` checked and compiled (generated code backed by closures); an
 event's time and JSON call the generated code straight, in a `try` whose `except` calls the
 guarded function (the same value, or the precise template error). A time that is a plain
@@ -41,7 +43,7 @@ class StepCodegen:
     def generator(self, steps: list, where: str) -> Callable[[dict, list], Iterator]:
         """`steps` as a generator function of (ctx, clock): clock is [due time, next seq]."""
         lines: list[str] = []
-        self._block(steps, where, "ctx", 1, lines)
+        self._block(steps, where, "ctx", 1, lines, ())
         name = f"_s{next(self._ids)}"
         source = "\n".join([f"def {name}(ctx, clock):", "    _at, _seq = clock", *lines,
                             "    return", "    yield", ""])
@@ -53,35 +55,39 @@ class StepCodegen:
         self.namespace[name] = f
         return name
 
-    def _block(self, steps: list, where: str, ctx: str, depth: int, lines: list[str]) -> None:
+    def _block(self, steps: list, where: str, ctx: str, depth: int, lines: list[str],
+               loops: tuple[frozenset[str], ...]) -> None:
+        """`loops`: the variables each enclosing loop binds, the innermost last."""
         start = len(lines)
         for i, step in enumerate(steps):
-            self._step(step, f"{where}[{i}]", ctx, depth, lines)
+            self._step(step, f"{where}[{i}]", ctx, depth, lines, loops)
         if len(lines) == start:
             lines.append("    " * depth + "pass")
 
-    def _step(self, step: dict, where: str, ctx: str, depth: int, lines: list[str]) -> None:
+    def _step(self, step: dict, where: str, ctx: str, depth: int, lines: list[str],
+              loops: tuple[frozenset[str], ...]) -> None:
         pad, compiler = "    " * depth, self.compiler
         if "for" in step:
             var, closure = compiler.loop(step["for"], f"{where}.for")       # checks the spelling
             source = compiler.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
                                                      f"{where}.for", fallback=closure)
             inner, index = f"_x{next(self._ids)}", step.get("index")
-            lines.append(f"{pad}{inner} = {{**{ctx}}}")
+            lines.append(f"{pad}{inner} = {{**{ctx}, '__loop_memo': {{}}}}")
             if index:
                 lines.append(f"{pad}for _i, {inner}[{var!r}] in enumerate({self._ref(source)}({ctx})):")
                 lines.append(f"{pad}    {inner}[{index!r}] = _i")
             else:
                 lines.append(f"{pad}for {inner}[{var!r}] in {self._ref(source)}({ctx}):")
-            self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines)
+            names = frozenset({var, index} if index else {var})
+            self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines, (*loops, names))
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
             lines.append(f"{pad}if {self._ref(test)}({ctx}):")
-            self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines)
+            self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines, loops)
             if step.get("else"):
                 lines.append(f"{pad}else:")
-                self._block(step["else"], f"{where}.else", ctx, depth + 1, lines)
+                self._block(step["else"], f"{where}.else", ctx, depth + 1, lines, loops)
             return
         if "at" in step:
             self._time(step["at"], f"{where}.at", ctx, pad, lines)
@@ -91,7 +97,10 @@ class StepCodegen:
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
         lines += [f"{pad}{ctx}['seq'] = _seq", f"{pad}_seq += 1"]
-        self._call("_json", compiler.json_writer(step.get("data"), f"{where}.data"), ctx, pad, lines)
+        # what outer loops bound keeps its value while the innermost loop runs
+        fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
+        writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
+        self._call("_json", writer, ctx, pad, lines)
         # Event(name, None, _at, False, _json) without a call to Event.__init__ (same slots)
         lines += [f"{pad}_e = _new(Event)", f"{pad}_e.name = {name!r}", f"{pad}_e.at = _at",
                   f"{pad}_e.raw = False", f"{pad}_e._data = None", f"{pad}_e._json = _json", f"{pad}yield _e"]

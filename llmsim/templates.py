@@ -125,10 +125,13 @@ class Compiler:
         """`node`'s value by generated code, backed by the closure."""
         return self.codegen.value_function(node, where, fallback=self.value(node, where))
 
-    def json_writer(self, node: Any, where: str, name: str | None = None) -> Callable[[dict], bytes | None]:
+    def json_writer(self, node: Any, where: str, name: str | None = None,
+                    loop_fixed: frozenset[str] = frozenset()) -> Callable[[dict], bytes | None]:
         """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
-        object `name`'s, when given: other writers call or inline it)."""
-        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name)
+        object `name`'s, when given: other writers call or inline it); `loop_fixed`: see
+        `JsonCodegen.writer`."""
+        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name,
+                                   loop_fixed=loop_fixed)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()

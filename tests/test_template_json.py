@@ -146,6 +146,44 @@ stream:
     assert [e.json for e in events] == [dumps(e.data) for e in events]
 
 
+def test_an_event_in_an_inner_loop_writes_each_run_of_it_with_that_runs_outer_item(compile_one):
+    t = compile_one("""
+stream:
+  - for: "x in xs"
+    index: i
+    steps:
+      - for: "y in x.ys"
+        steps:
+          - event: e
+            data: {outer: "{{ x.name }}", at: "{{ i }}", y: "{{ y }}", n: "{{ seq }}"}
+""")
+    events = list(t.events(xs=[{"name": "a", "ys": [1, 2]}, {"name": "b", "ys": [3]}]))
+    assert [e.data for e in events] == [{"outer": "a", "at": 0, "y": 1, "n": 0}, {"outer": "a", "at": 0, "y": 2, "n": 1},
+                                        {"outer": "b", "at": 1, "y": 3, "n": 2}]
+    assert [e.json for e in events] == [dumps(e.data) for e in events]
+
+
+def test_a_for_or_with_reusing_an_outer_loops_name_is_written_with_its_own_values(compile_one):
+    t = compile_one("""
+objects:
+  named: {x: "{{ x }}"}
+stream:
+  - for: "x in xs"
+    steps:
+      - for: "y in ys"
+        steps:
+          - event: e
+            data:
+              looped: {$for: "x in [y, y + 1]", $do: {x: "{{ x }}"}}
+              with: {$object: named, $with: {x: "{{ y * 10 }}"}}
+              outer: "{{ x }}"
+""")
+    events = list(t.events(xs=["a"], ys=[1, 2]))
+    assert [e.data for e in events] == [{"looped": [{"x": 1}, {"x": 2}], "with": {"x": 10}, "outer": "a"},
+                                        {"looped": [{"x": 2}, {"x": 3}], "with": {"x": 20}, "outer": "a"}]
+    assert [e.json for e in events] == [dumps(e.data) for e in events]
+
+
 def test_an_echoed_request_field_writes_its_default_only_when_the_field_is_absent_or_null(compile_one):
     t = compile_one("""
 body:
