@@ -158,7 +158,8 @@ stream:
             data: {outer: "{{ x.name }}", at: "{{ i }}", y: "{{ y }}", n: "{{ seq }}"}
 """)
     events = list(t.events(xs=[{"name": "a", "ys": [1, 2]}, {"name": "b", "ys": [3]}]))
-    assert [e.data for e in events] == [{"outer": "a", "at": 0, "y": 1, "n": 0}, {"outer": "a", "at": 0, "y": 2, "n": 1},
+    assert [e.data for e in events] == [{"outer": "a", "at": 0, "y": 1, "n": 0},
+                                        {"outer": "a", "at": 0, "y": 2, "n": 1},
                                         {"outer": "b", "at": 1, "y": 3, "n": 2}]
     assert [e.json for e in events] == [dumps(e.data) for e in events]
 
