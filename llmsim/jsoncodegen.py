@@ -103,6 +103,7 @@ def _concat(parts: list) -> str:
 
 
 LOCAL = "@"     # marks a read of a variable the writer binds itself (a `$for`'s, a `$with`'s)
+LOOP_MEMO = "__loop_memo"     # a step loop's memo in its context (llmsim.stepcodegen)
 
 
 class _Without:
@@ -238,7 +239,7 @@ class JsonCodegen:
         and a missing one is an Undefined made once (`_u_name`), not one per render."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
-        for memo, key in (("_m", "__memo"), ("_lm", "__loop_memo")):
+        for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO)):
             if re.search(rf"\b{memo}\[", code):
                 lines.append(f"    {memo} = ctx[{key!r}]")
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
