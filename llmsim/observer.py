@@ -3,7 +3,8 @@
 Per HTTP request it opens an `Exchange` (visible to handlers through `stats.current()`),
 adds the ground-truth headers when the response starts, and when the request ends feeds
 `Stats`, the trace file and the access log (each only when switched on). As a request
-starts and as it ends, paced streams write what fell due meanwhile (llmsim.pacer.catch_up).
+starts and as it ends, paced streams write what fell due meanwhile, and the loop's clock is
+read, which keeps a burst of requests from delaying every timer (llmsim.pacer.catch_up).
 
 Headers on every API answer: `x-request-id` (the client's, else a new `req_...`) and
 `openai-processing-ms` (measured time until the headers). On planned answers, the intended

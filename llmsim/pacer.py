@@ -183,14 +183,14 @@ class Pacer:
             self.timer_at = max(self.heap[0][0], now + self.resolution)
             self.timer = self.loop.call_at(self.timer_at, self._fire)
 
-    def catch_up(self) -> None:
-        """Write what fell due while the loop runs other work. The timer fires between loop
-        steps, and one step may run a burst of requests (a thousand streams arriving or
-        ending: ~0.1-0.2 ms each): called between them, every stream's due events leave
-        within one request's work rather than after the whole step. The timer stays armed;
-        when it fires early it finds nothing due and waits again."""
+    def catch_up(self, now: float) -> None:
+        """Write what fell due by `now` (the loop's time) while the loop runs other work. The
+        timer fires between loop steps, and one step may run a burst of requests (a thousand
+        streams arriving or ending: ~0.1-0.2 ms each): called between them, every stream's
+        due events leave within one request's work rather than after the whole step. The
+        timer stays armed; when it fires early it finds nothing due and waits again."""
         heap = self.heap
-        if heap and heap[0][0] <= (now := time.monotonic()):
+        if heap and heap[0][0] <= now:
             self._write_due(now)
 
     def _write_due(self, now: float) -> None:
@@ -229,11 +229,19 @@ class _Pacers:
         self.last: Pacer | None = None      # the one `get` returned last
 
     def catch_up(self) -> None:
-        """`Pacer.catch_up` of the running loop's pacer: a check of one list when no stream
-        waits on it (and with one loop per process, the last pacer is that loop's)."""
+        """As each request starts and ends (llmsim.observer): `Pacer.catch_up` of the running
+        loop's pacer (with one loop per process, the last pacer is that loop's).
+
+        It reads the loop's clock even when no stream waits, because under uvloop reading it
+        is what brings libuv's cached clock up to date. libuv reads the time as a loop step
+        begins, and when the step ends it sleeps until its next timer counting from that
+        reading: after a step that handled a burst of requests (1,000 take ~100 ms), every
+        timer would fire that much late, the first tokens of a thousand paced streams with it."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         pacer = self.last
-        if pacer is not None and pacer.heap and pacer.loop is asyncio.get_running_loop():
-            pacer.catch_up()
+        if pacer is not None and pacer.heap and pacer.loop is loop:
+            pacer.catch_up(now)
 
     def get(self) -> Pacer:
         loop = asyncio.get_running_loop()

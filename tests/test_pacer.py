@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
+from llmsim import accepting
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
 from llmsim.observer import Observer
@@ -188,6 +189,36 @@ async def test_a_request_ending_lets_streams_write_what_fell_due_while_it_ran():
     paced_on_timer(written, first_due_in=0.002)
     await call(observed(busy_handler))
     assert len(written) == 1
+
+
+@pytest.mark.skipif(accepting.uvloop is None, reason="uvloop is not installed")
+def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_time():
+    """uvloop sleeps until its next timer counting from its clock's last reading, which
+    without the requests' own readings is from before the burst."""
+    async def burst_then_first_token() -> float:
+        clock = Clock()
+        due = clock.now() + 0.3
+        written_at: list[float] = []
+        stream = PacedStream(events(1), due, lambda batch: written_at.append(clock.now()),
+                             None, None, clock)
+        PACERS.get().add(stream, due)
+
+        async def streaming_handler(scope, receive, send):
+            time.sleep(0.01)                        # planning and the first chunk
+            await asyncio.get_running_loop().create_future()       # then it streams on
+        app = observed(streaming_handler)
+        burst = [asyncio.create_task(call(app)) for _ in range(25)]    # 250 ms in one step
+        await stream.done
+        for request in burst:
+            request.cancel()
+        await asyncio.gather(*burst, return_exceptions=True)
+        return written_at[0] - due
+    loop = accepting.new_event_loop()
+    try:
+        late = loop.run_until_complete(burst_then_first_token())
+    finally:
+        loop.close()
+    assert late < 0.1                               # not the burst's 250 ms
 
 
 async def test_a_stream_closed_by_its_response_stops_drawing_events():
