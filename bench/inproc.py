@@ -3,10 +3,18 @@
     python bench/inproc.py                       # every workload, µs per request (best of 3)
     python bench/inproc.py resp_stream --profile # one workload, then a cProfile of it
     python bench/inproc.py chat --n 5000 --flags '{"store_max_entries": 100}'
+    python bench/inproc.py --paced 100 1000      # µs per paced event with N streams open
 
 Requests go straight into `create_app(Settings(profile="instant", target_tokens=32))`
 (the W1-W4 settings of bench/perf.py), so the figure is llmsim's own cost per request;
 uvicorn adds ~20 µs on top. Read it as a trend between commits on one machine.
+
+`--paced` runs N concurrent chat streams at W5's pacing (200 ms TTFT, 20 ms gaps) on the
+real clock and the process's shared timer, each on a stand-in for `llmsim serve`'s
+connection that counts the chunks written to it instead of sending them (llmsim.connection's
+direct path). Runs of 50-token and 1-token replies differ only in events, so their CPU
+difference divided by the extra chunks is what one event costs llmsim's Python: the timer,
+rendering, framing, the write call; not the socket's system call or uvicorn's objects.
 """
 from __future__ import annotations
 
@@ -18,11 +26,13 @@ import logging
 import pstats
 import sys
 import time
+import weakref
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmsim.app import create_app  # noqa: E402
+from llmsim.connection import PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say something."}]}
@@ -50,22 +60,33 @@ async def lifespan(app) -> None:
     await started.wait()
 
 
+def request_scope(path: str, body: bytes) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8080),
+            "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
+
+
+def receiver(body: bytes):
+    """An ASGI `receive` that delivers `body`, then, like a server, nothing until the client
+    leaves."""
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if delivered:
+            await asyncio.Event().wait()
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return receive
+
+
 def requester(app, path: str, body: bytes):
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8080),
-             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())]}
+    scope = request_scope(path, body)
 
     async def one() -> None:
-        delivered = False
-
-        async def receive():
-            nonlocal delivered
-            if delivered:           # like a server: nothing more until the client leaves
-                await asyncio.Event().wait()
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        receive = receiver(body)
         sent = []
 
         async def send(message):
@@ -100,6 +121,64 @@ async def measure(name: str, n: int, flags: dict, profile: bool, rounds: int = 1
     return per_request
 
 
+class CountingConnection:
+    """What llmsim.connection reaches of a connection under `llmsim serve` (its protocol,
+    request cycle, flow control and transport, in one object), counting the chunks written."""
+    chunked_encoding, write_paused, disconnected, response_complete = True, False, False, False
+    on_lost = None
+    chunks = 0                  # written by every connection
+
+    def __init__(self, scope: dict):
+        self.scope, self.response_started = scope, False
+        self.cycle = self.flow = self.transport = self
+
+    def write(self, data: bytes) -> None:
+        CountingConnection.chunks += 1
+
+    write_now = write
+
+
+def paced_requester(app, body: bytes):
+    async def one() -> None:
+        extensions: dict = {}
+        scope = {**request_scope("/v1/chat/completions", body), "state": {}, "extensions": extensions}
+        connection = CountingConnection(scope)
+        extensions[PROTOCOL] = weakref.ref(connection)
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                if message["status"] != 200:
+                    raise SystemExit(f"paced stream: HTTP {message['status']}")
+                connection.response_started = True
+        await app(scope, receiver(body), send)
+    return one
+
+
+async def paced_cpu(streams: int, tokens: int, rounds: int) -> tuple[float, int]:
+    """Least CPU seconds of `rounds` runs of `streams` concurrent paced chat streams of
+    `tokens` tokens each, and the chunks one run wrote."""
+    app = create_app(Settings(ttft_ms=200, tbt_ms=20, target_tokens=tokens))
+    await lifespan(app)
+    one = paced_requester(app, json.dumps({**CHAT, "stream": True}).encode())
+    await asyncio.gather(*(one() for _ in range(20)))           # warm-up
+    best, chunks = float("inf"), 0
+    for _ in range(rounds):
+        CountingConnection.chunks = 0
+        began = time.process_time()
+        await asyncio.gather(*(one() for _ in range(streams)))
+        best, chunks = min(best, time.process_time() - began), CountingConnection.chunks
+    return best, chunks
+
+
+async def paced(counts: list[int], rounds: int) -> None:
+    for streams in counts:
+        full, full_chunks = await paced_cpu(streams, 50, rounds)
+        short, short_chunks = await paced_cpu(streams, 1, rounds)
+        per_event = (full - short) / (full_chunks - short_chunks) * 1e6
+        print(f"{streams:5d} paced streams  {per_event:6.2f} µs CPU per event "
+              f"({full_chunks} chunks in {full:.3f} s; a 1-token stream {short / streams * 1e6:.0f} µs)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*", help=f"some of {', '.join(WORKLOADS)} (default: all)")
@@ -107,8 +186,18 @@ def main() -> None:
     p.add_argument("--flags", type=json.loads, default={}, help="extra Settings as JSON")
     p.add_argument("--rounds", type=int, default=3, help="rounds of --n requests; the best counts")
     p.add_argument("--profile", action="store_true", help="print a cProfile of each workload")
+    p.add_argument("--paced", type=int, nargs="+", metavar="N",
+                   help="instead: CPU per paced event with N concurrent streams (see above)")
     args = p.parse_args()
     logging.disable(logging.WARNING)        # connexion's swagger-ui notice
+    if args.paced:              # on uvloop, as `llmsim serve` paces when it is installed
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(paced(args.paced, args.rounds))
+        else:
+            uvloop.run(paced(args.paced, args.rounds))
+        return
     unknown = set(args.workloads) - set(WORKLOADS)
     if unknown:
         p.error(f"unknown workload(s) {', '.join(sorted(unknown))}; known: {', '.join(WORKLOADS)}")
