@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from llmsim import accepting  # noqa: E402
 from llmsim.app import create_app  # noqa: E402
 from llmsim.connection import PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
@@ -190,13 +191,9 @@ def main() -> None:
                    help="instead: CPU per paced event with N concurrent streams (see above)")
     args = p.parse_args()
     logging.disable(logging.WARNING)        # connexion's swagger-ui notice
-    if args.paced:              # on uvloop, as `llmsim serve` paces when it is installed
-        try:
-            import uvloop
-        except ImportError:
-            asyncio.run(paced(args.paced, args.rounds))
-        else:
-            uvloop.run(paced(args.paced, args.rounds))
+    if args.paced:              # on the loop `llmsim serve` runs (uvloop's, when installed)
+        with asyncio.Runner(loop_factory=accepting.new_event_loop) as runner:
+            runner.run(paced(args.paced, args.rounds))
         return
     unknown = set(args.workloads) - set(WORKLOADS)
     if unknown:
