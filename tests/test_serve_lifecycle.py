@@ -3,7 +3,6 @@ when it is stopped (its workers' scratch store on disk and stats in /dev/shm; on
 keeps its store in memory)."""
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
@@ -45,13 +44,12 @@ def scratch_left(tmp: Path) -> list[str]:
     """The server's scratch directories still there: under its TMPDIR, and (with workers)
     the stats ones in /dev/shm."""
     shm = Path("/dev/shm")
-    found = [p.name for p in tmp.glob("llmsim-*") if p.name != "llmsim-tiktoken"]
+    found = [p.name for p in tmp.glob("llmsim-*")]
     return found + ([p.name for p in shm.glob("llmsim-stats-*")] if shm.is_dir() else [])
 
 
 def in_tmpdir(tmp: Path, *args: str) -> LiveServer:
-    return LiveServer("--profile", "instant", *args, env={"TMPDIR": str(tmp), "TIKTOKEN_CACHE_DIR": os.environ.get(
-        "TIKTOKEN_CACHE_DIR", "/tmp/llmsim-tiktoken")})
+    return LiveServer("--profile", "instant", *args, env={"TMPDIR": str(tmp)})
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
