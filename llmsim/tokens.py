@@ -9,6 +9,8 @@ import ctypes
 import gc
 from functools import cache, lru_cache
 
+import cachetools
+
 from llmsim import bpe
 
 ENCODINGS = tuple(bpe.PATTERNS)
@@ -42,6 +44,9 @@ def _return_heap() -> None:
 
 
 SHORT_TEXT = 64          # texts up to this many characters are counted once, then remembered
+# Longer texts (a system prompt sent with every request, an agent's history sent again each
+# turn) are remembered too, by content, up to this many characters in all.
+LONG_TEXT_BUDGET = 2_000_000
 
 
 def count(text: str, encoding_name: str) -> int:
@@ -49,9 +54,19 @@ def count(text: str, encoding_name: str) -> int:
         return 0
     if len(text) <= SHORT_TEXT:      # roles, names, short prompts: the same few strings again
         return _count_short(text, encoding_name)
-    return encoding(encoding_name).count(text)
+    remembered = _long_counts.get((text, encoding_name))
+    if remembered is not None:
+        return remembered[0]
+    counted = encoding(encoding_name).count(text)
+    if len(text) <= LONG_TEXT_BUDGET // 4:     # a text that would push out most others is not kept
+        _long_counts[text, encoding_name] = (counted, len(text))
+    return counted
 
 
 @lru_cache(maxsize=1024)
 def _count_short(text: str, encoding_name: str) -> int:
     return encoding(encoding_name).count(text)
+
+
+# (text, encoding) -> (count, characters): least recently used first out, by characters held.
+_long_counts = cachetools.LRUCache(maxsize=LONG_TEXT_BUDGET, getsizeof=lambda entry: entry[1])

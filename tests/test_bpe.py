@@ -121,3 +121,7 @@ def test_tokens_decode_back_to_the_text(pair):
         ids = ours.encode_ordinary(text)
         assert b"".join(map(ours.decode_single_token_bytes, ids)) == text.encode(), text[:80]
 
+
+def test_a_text_too_long_to_remember_is_still_counted():
+    text = "ab " * (tokens.LONG_TEXT_BUDGET // 4 // 3 + 1)
+    assert tokens.count(text, "o200k_base") == len(reference("o200k_base").encode_ordinary(text))
