@@ -74,7 +74,7 @@ def merge(piece: bytes, rank) -> list[int]:
     wait in a heap, so a long run of letters costs O(n log n), not O(n^2)."""
     size = len(piece)
     after = list(range(1, size + 1))       # after[i]: where the part starting at i ends
-    before = list(range(-1, size - 1))     # before[i]: where the part ending at i starts
+    before = list(range(-1, size - 1))     # before[i]: where the part before it starts (-2: merged)
     pairs = [(found, i, i + 2) for i in range(size - 1) if (found := rank(piece[i:i + 2])) is not None]
     heapq.heapify(pairs)
     while pairs:
@@ -120,7 +120,7 @@ class Encoding:
         key = self._key(token)
         return None if key is None else self._rank_of[key]
 
-    def _merged(self, piece: bytes):
+    def _merged(self, piece: bytes) -> tuple[int, ...] | list[int]:
         return self._remembered(piece) if len(piece) <= REMEMBERED_BYTES else merge(piece, self._rank)
 
     def _pieces(self, text: str) -> tuple[list[str], list[int | None]]:
