@@ -1,4 +1,5 @@
-"""`create_app(settings)`: the connexion app, routed and validated from our OpenAPI document.
+"""`create_app(settings)`: the app, routed and validated from our OpenAPI document: the connexion
+app behind llmsim's front door (llmsim.front).
 
 No import-time side effects (but one: which optional modules load, below): everything (data,
 templates, spec) is loaded here, and a bad template or data file raises ConfigError before
@@ -18,17 +19,17 @@ for _optional in ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._
 from connexion import AsyncApp  # noqa: E402
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
-from connexion.middleware import MiddlewarePosition
 from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from llmsim import __version__, guard, transport
+from llmsim import __version__, transport
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
-from llmsim.fastpath import FastPath, json_operations
+from llmsim.fastpath import json_operations
+from llmsim.front import Front
 from llmsim.handlers.chat import ChatHandlers
 from llmsim.handlers.conversations import ConversationsHandlers
 from llmsim.handlers.faults import FaultsHandlers
@@ -37,11 +38,10 @@ from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
 from llmsim.methods import AllowedMethods
 from llmsim.handlers.stats import StatsHandlers
-from llmsim.observer import Observer
 from llmsim.settings import REPO_DIR, Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
-from llmsim.websocket import ResponsesSocket, WebSocketRouting
+from llmsim.websocket import ResponsesSocket
 
 log = logging.getLogger("llmsim")
 BASE_PATHS = ("/openai/v1", "/v1")
@@ -55,7 +55,7 @@ def starlette_response(response: ConnexionResponse) -> Response:
     return Response(response.body, response.status_code, response.headers, response.mimetype)
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> AsyncApp:
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Front:
     settings = settings or Settings()
     sim = Simulator.load(settings, clock)
     groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim),
@@ -108,17 +108,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # The document is served (`/openai/v1/openapi.json`); the Swagger UI is not (an extra).
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
-    # Outermost: sees every HTTP request and WebSocket connection (stats, headers, logs).
-    app.add_middleware(Observer, position=MiddlewarePosition.BEFORE_EXCEPTION, sim=sim)
-    guard.install(app, settings=settings, base_paths=BASE_PATHS,
-                  render=lambda exc: error_template.body_json(error=exc))
-    # connexion routes HTTP only: WebSocket upgrades (Responses WebSocket mode) go to our router.
-    app.add_middleware(WebSocketRouting, position=MiddlewarePosition.BEFORE_EXCEPTION,
-                       router=ResponsesSocket(sim).router(BASE_PATHS))
-    # Hot JSON operations skip connexion's per-request machinery (same document, compiled once).
-    app.add_middleware(FastPath, position=MiddlewarePosition.BEFORE_EXCEPTION,
-                       operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
-                       render_error=lambda exc: starlette_response(render_error(exc)))
     for base in BASE_PATHS:
         app.add_api(settings.spec_path, base_path=base, name=base,
                     validator_map={"body": {"application/json": BodyValidator}},
@@ -135,5 +124,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.add_error_handler(ProblemException, on_problem)
     app.add_error_handler(HTTPException, on_http_error)
     app.add_error_handler(Exception, on_unexpected)
-    app.state_simulator = sim
-    return app
+    # In front of connexion: stats, checks and the hot JSON operations (the same document,
+    # compiled once), and the WebSocket upgrades connexion cannot route.
+    front = Front(app, sim=sim, operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
+                  websockets=ResponsesSocket(sim).router(BASE_PATHS),
+                  render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS)
+    return front

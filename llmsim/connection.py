@@ -2,12 +2,14 @@
 connection, through the weak reference in its scope: a paced stream writes its chunks
 straight to it (`chunk_writer`: with a thousand streams the ASGI send chain, three
 middlewares and uvicorn's checks, was a tenth of each event's cost) and hears that its
-client left (`watch_disconnect`: no task waiting on `receive` per stream).
+client left (`watch_disconnect`: no task waiting on `receive` per stream); a response's
+head, and a JSON answer whole, go out in one write (`responder`).
 
 Kept apart from the protocol so that importing the app needs no httptools.
 """
 from __future__ import annotations
 
+import http
 from typing import Callable
 
 PROTOCOL = "llmsim.protocol"    # scope["extensions"] key: (a weak reference to) the connection
@@ -60,3 +62,59 @@ def chunk_writer(scope) -> Callable[[bytes, bool], bool] | None:
         (write_now if at_once else transport.write)(b"%x\r\n%b\r\n" % (len(chunk), chunk))
         return True
     return write
+
+
+def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
+    """Write a response's status line and headers (after the server's own, `date` and
+    `server`) to the connection, as uvicorn's `send` would for `http.response.start` but
+    without checking each header against its patterns again (the caller's are llmsim's own),
+    and with them, in the same write, a whole body (`body`: the request cycle ends) or
+    nothing (None: a chunked body follows, through `send` or `chunk_writer`). Returns False,
+    writing nothing, when the ASGI `send` must do it: the response started, the client left
+    or reads slowly. None when the request did not come through llmsim.corking's protocol."""
+    _, cycle = _serving(scope)
+    if cycle is None:
+        return None
+
+    def respond(status: int, headers: list, body: bytes | None) -> bool:
+        if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+            return False
+        head = [_status_line(status)]
+        for name, value in cycle.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            head += (name, b": ", value, b"\r\n")
+        keep_alive = cycle.keep_alive
+        if not keep_alive:
+            head.append(b"connection: close\r\n")
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        if body is None:
+            cycle.chunked_encoding = True
+            cycle.expected_content_length = 0
+            head.append(b"transfer-encoding: chunked\r\n\r\n")
+            cycle.transport.write(b"".join(head))
+            return True
+        head += (b"\r\n", body)
+        cycle.response_complete = True
+        cycle.transport.write(b"".join(head))
+        cycle.message_event.set()
+        if not keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
+        return True
+    return respond
+
+
+_STATUS_LINES: dict[int, bytes] = {}
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        try:
+            phrase = http.HTTPStatus(status).phrase.encode()
+        except ValueError:
+            phrase = b""
+        line = _STATUS_LINES[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+    return line

@@ -2,16 +2,15 @@
 
 connexion rebuilds per request what never changes (route matching through nested routers,
 the parameter decorator, a body validator object, a context). For the operations whose only
-input is a JSON body (POST /responses, /chat/completions, ...), this middleware compiles
-the same document once: path -> (handler, validators). Per request it matches the path in
-a dict, reads and parses the body (orjson), validates it with a Rust validator
+input is a JSON body (POST /responses, /chat/completions, ...), `json_operations` compiles
+the same document once: path -> (handler, validators), and llmsim.front serves them with
+`call`: it reads and parses the body (orjson), validates it with a Rust validator
 (jsonschema-rs) and, only when that fails, with the Python validator that names the bad
 field, then calls the handler. Every other request goes on to connexion unchanged, so the
 OpenAPI document stays the single source of routes and request schemas.
 """
 from __future__ import annotations
 
-import logging
 import typing as t
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,12 @@ import yaml
 from connexion.context import _receive, _scope
 from connexion.json_schema import resolve_refs
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope
 
-from llmsim.errors import APIError, InvalidRequestError, ServerError, UnsupportedMediaTypeError
+from llmsim.errors import InvalidRequestError, UnsupportedMediaTypeError
 from llmsim.validation import check, check_depth, compile_schema, parse_json
 
 JSON_TYPES = ("application/json",)
-log = logging.getLogger("llmsim")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,59 +74,37 @@ def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> di
     return ops
 
 
-class FastPath:
-    """ASGI middleware serving `operations` directly; `render_error(exc)` -> a starlette Response."""
-
-    def __init__(self, app: ASGIApp, *, operations: dict[str, Operation], render_error):
-        self.app = app
-        self.operations = operations
-        self.render_error = render_error
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            op = self.operations.get(scope["path"])
-            if op is not None:
-                try:
-                    response = await self._dispatch(op, scope, receive)
-                except APIError as exc:
-                    response = self.render_error(exc)
-                except Exception:
-                    log.exception("unexpected error on POST %s", scope["path"])
-                    response = self.render_error(ServerError(
-                        "The server had an error while processing your request."))
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    async def _dispatch(self, op: Operation, scope: Scope, receive: Receive):
-        content_type = _content_type(scope)
-        if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
-            raise UnsupportedMediaTypeError(
-                f"Unsupported content type: '{content_type}'. This API method only accepts "
-                f"'application/json' requests, but you specified the header "
-                f"'Content-Type: {content_type}'. Please try again with a supported content type.")
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise InvalidRequestError("The client disconnected before sending the whole body.")
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
-        body = parse_json(raw)
-        if body is None and op.optional:
-            body = {}
-        if body is None:
-            raise InvalidRequestError("The request body is empty; a JSON object is required.",
-                                      code="invalid_json")
-        if not op.fast.is_valid(body):
-            check(op.full, body)   # raises, naming the field
-        else:
-            check_depth(body, raw)
-        _scope.set(scope)          # handlers may read `connexion.request` or `request_headers()`
-        _receive.set(receive)
-        return await op.handler(body)
+async def call(op: Operation, scope: Scope, receive: Receive):
+    """Read, parse and validate the JSON body of a request for `op`, then run its handler:
+    what the handler returns (a response). Raises APIError for a body `op` refuses."""
+    content_type = _content_type(scope)
+    if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
+        raise UnsupportedMediaTypeError(
+            f"Unsupported content type: '{content_type}'. This API method only accepts "
+            f"'application/json' requests, but you specified the header "
+            f"'Content-Type: {content_type}'. Please try again with a supported content type.")
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise InvalidRequestError("The client disconnected before sending the whole body.")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = parse_json(raw)
+    if body is None and op.optional:
+        body = {}
+    if body is None:
+        raise InvalidRequestError("The request body is empty; a JSON object is required.",
+                                  code="invalid_json")
+    if not op.fast.is_valid(body):
+        check(op.full, body)   # raises, naming the field
+    else:
+        check_depth(body, raw)
+    _scope.set(scope)          # handlers may read `connexion.request` or `request_headers()`
+    _receive.set(receive)
+    return await op.handler(body)
 
 
 def _content_type(scope: Scope) -> str:

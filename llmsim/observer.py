@@ -1,7 +1,7 @@
-"""The one ASGI middleware that watches every API request and WebSocket connection.
+"""What llmsim records of every API request and WebSocket connection (llmsim.front calls it).
 
 Per HTTP request it opens an `Exchange` (visible to handlers through `stats.current()`),
-adds the ground-truth headers when the response starts, and when the request ends feeds
+names the ground-truth headers when the response starts, and when the request ends feeds
 `Stats`, the trace file and the access log (each only when switched on). As a request
 starts and as it ends, paced streams write what fell due meanwhile, and the loop's clock is
 read, which keeps a burst of requests from delaying every timer (llmsim.pacer.catch_up).
@@ -22,8 +22,6 @@ from llmsim.pacer import PACERS
 from llmsim.requestlog import AccessLog, Trace
 from llmsim.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 
-ADMIN_PATHS = frozenset({"/metrics", "/health"})
-ADMIN_PREFIX = "/llmsim/"
 API_PREFIXES = ("/openai/v1/", "/v1/")
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
              "conversations": "conversations", "realtime": "realtime"}
@@ -45,8 +43,7 @@ def _ms(seconds: float) -> bytes:
 
 
 class Observer:
-    def __init__(self, app, sim):
-        self.app = app
+    def __init__(self, sim):
         self.stats: Stats = sim.stats
         self.counting = self.stats.enabled
         settings = sim.settings
@@ -69,73 +66,66 @@ class Observer:
                 self._endpoints[path] = name
         return name
 
-    def request_id(self, scope) -> str:
-        for name, value in scope["headers"]:
+    def request_id(self, headers) -> str:
+        for name, value in headers:
             if name == REQUEST_ID and value:
                 return value[:MAX_ID].decode("latin-1")
         return f"req_{self._rng.getrandbits(128):032x}"
 
-    async def __call__(self, scope, receive, send):
-        kind = scope["type"]
-        path = scope.get("path", "")
-        if kind == "http" and not (path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX)):
-            await self._http(scope, receive, send, path)
-        elif kind == "websocket":
-            await self._websocket(scope, receive, send, path)
-        else:
-            if kind != "lifespan":
-                await self.app(scope, receive, send)
-                return
-            self.stats.serving()
-            self.collector.serving(time.perf_counter())
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                self.collector.stopped()
-                self.stats.stopped()
+    # -- the server's life (lifespan) ------------------------------------------------------
+    def serving(self) -> None:
+        self.stats.serving()
+        self.collector.serving(time.perf_counter())
 
-    async def _http(self, scope, receive, send, path: str):
+    def stopped(self) -> None:
+        self.collector.stopped()
+        self.stats.stopped()
+
+    # -- one HTTP request ------------------------------------------------------------------
+    def begin(self, scope, path: str) -> Exchange:
+        """The request has arrived: its exchange, current until `end`."""
         PACERS.catch_up()
-        ex = Exchange(self.request_id(scope), "http", scope["method"], path, self.endpoint(path),
-                      self.stats)
-        token = CURRENT.set(ex)
+        ex = Exchange(self.request_id(scope["headers"]), "http", scope["method"], path,
+                      self.endpoint(path), self.stats)
+        ex.token = CURRENT.set(ex)
         self.in_flight += 1
         if self.counting:
             self.stats.request_started()
+        return ex
 
-        def observed_send(message):     # returns send's awaitable: no coroutine of its own
-            if message["type"] == "http.response.start":
-                ex.status = message["status"]
-                headers = message["headers"] = [
-                    *message.get("headers", ()), (REQUEST_ID, ex.id.encode("latin-1")),
-                    (PROCESSING_MS, b"%d" % int((time.perf_counter() - ex.start) * 1000))]
-                plan = ex.plan
-                if plan is not None:
-                    headers += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
-                                (b"x-llmsim-duration-ms", _ms(plan.end_at)),
-                                (b"x-llmsim-tokens", b"%d" % output_tokens(plan.usage)[0]))
-            return send(message)
+    def headers(self, ex: Exchange, status: int) -> list[tuple[bytes, bytes]]:
+        """The response starts with `status`: the headers the observer adds to it."""
+        ex.status = status
+        added = [(REQUEST_ID, ex.id.encode("latin-1")),
+                 (PROCESSING_MS, b"%d" % int((time.perf_counter() - ex.start) * 1000))]
+        plan = ex.plan
+        if plan is not None:
+            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
+                      (b"x-llmsim-duration-ms", _ms(plan.end_at)),
+                      (b"x-llmsim-tokens", b"%d" % output_tokens(plan.usage)[0]))
+        return added
 
-        try:
-            await self.app(scope, receive, observed_send)
-        finally:
-            CURRENT.reset(token)
-            now = time.perf_counter()
-            self.in_flight -= 1
-            self.collector.request_ended(now, self.in_flight)
-            if self.counting:
-                self.stats.request_finished(ex, now - ex.start)
-            if self.writers:
-                end = ex.wall + (now - ex.start)
-                for writer in self.writers:
-                    writer.write(ex, end)
-            # Timers the request armed keep a copy of its context (so this exchange) until
-            # they would have fired, cancelled or not: let its plan go now.
-            ex.plan = None
-            PACERS.catch_up()
+    def end(self, ex: Exchange) -> None:
+        """The request has ended (answered or not)."""
+        CURRENT.reset(ex.token)
+        now = time.perf_counter()
+        self.in_flight -= 1
+        self.collector.request_ended(now, self.in_flight)
+        if self.counting:
+            self.stats.request_finished(ex, now - ex.start)
+        if self.writers:
+            end = ex.wall + (now - ex.start)
+            for writer in self.writers:
+                writer.write(ex, end)
+        # Timers the request armed keep a copy of its context (so this exchange) until
+        # they would have fired, cancelled or not: let its plan go now.
+        ex.plan = None
+        PACERS.catch_up()
 
-    async def _websocket(self, scope, receive, send, path: str):
-        ex = Exchange(self.request_id(scope), WEBSOCKET, "WS", path, "websocket", self.stats)
+    # -- one WebSocket connection ----------------------------------------------------------
+    async def websocket(self, scope, receive, send, path: str, app) -> None:
+        ex = Exchange(self.request_id(scope.get("headers") or ()), WEBSOCKET, "WS", path,
+                      "websocket", self.stats)
         token = CURRENT.set(ex)
         stats = self.stats
 
@@ -147,7 +137,7 @@ class Observer:
             await send(message)
 
         try:
-            await self.app(scope, receive, observed_send)
+            await app(scope, receive, observed_send)
         finally:
             CURRENT.reset(token)
             if ex.status and self.counting:

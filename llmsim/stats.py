@@ -1,6 +1,6 @@
 """Live counters behind /llmsim/stats and /metrics: cheap to feed, merged across workers.
 
-Fed by the `observer` middleware (one call when an HTTP request or WebSocket connection
+Fed by llmsim.observer (one call when an HTTP request or WebSocket connection
 starts and one when it ends), by the few places that know the plan (`record`, `error`)
 and by the SSE pacer (`lateness.observe`, once per written batch). State is plain ints and
 fixed-bucket histograms, so a request costs a few dozen increments and no allocation per
@@ -141,7 +141,7 @@ class ModelStats:
 class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
-                 "stream", "error", "injected", "model", "stats", "turns")
+                 "stream", "error", "injected", "model", "stats", "turns", "token")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -153,6 +153,7 @@ class Exchange:
         self.plan = self.error = self.model = None
         self.stream = self.injected = False
         self.turns = 0                  # WebSocket turns traced so far
+        self.token = None               # resets llmsim.stats.CURRENT when the exchange ends
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)
@@ -227,7 +228,7 @@ class Stats:
         self._sharing = False
         self._stop_sharing = lambda: None
 
-    # -- fed by the observer middleware -------------------------------------------------
+    # -- fed by the observer -------------------------------------------------------------
     def serving(self) -> None:
         """The server started (lifespan): under --workers, start sharing snapshots."""
         if self.share_dir is not None and not self._sharing:

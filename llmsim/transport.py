@@ -155,6 +155,7 @@ class SSEResponse(Response):
             _SSE_RAW_HEADERS[0],        # the content type
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items())]
         self.finished = self.left = False
+        self.head_written = False       # the status line and headers are out (llmsim.front)
 
     async def __call__(self, scope, receive, send) -> None:
         task = asyncio.current_task()
@@ -166,7 +167,8 @@ class SSEResponse(Response):
                 loop.create_task(self._watch(receive, task)))).cancel
         stream = None
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            if not self.head_written:
+                await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             chunks = self.chunks
             if isinstance(chunks, Paced) and chunks.clock.realtime:
                 stream = self._on_pacer(chunks, send, chunk_writer(scope))

@@ -1,8 +1,8 @@
 """Responses API WebSocket mode: `response.create` frames in, the SSE stream's events out.
 
 Served on the HTTP paths (`/openai/v1/responses`, `/v1/responses`) when the request is a
-WebSocket upgrade: `WebSocketRouting` (an ASGI middleware `create_app` installs) sends
-websocket scopes to this module and everything else (HTTP, lifespan) on to connexion.
+WebSocket upgrade: llmsim.front sends websocket scopes to this module's router, and
+everything else (HTTP, lifespan) on to connexion.
 
 * A text frame `{"type": "response.create", ...}` carries a Responses create body, flat or
   nested under `"response"`. The body is checked against the same `CreateResponseRequest`
@@ -270,17 +270,3 @@ def _duration(seconds: float) -> str:
         minutes = int(seconds // 60)
         return f"{minutes} minute{'s' if minutes != 1 else ''}"
     return f"{seconds:g} second{'s' if seconds != 1 else ''}"
-
-
-class WebSocketRouting:
-    """ASGI middleware: websocket scopes to `router`, every other scope to the wrapped app."""
-
-    def __init__(self, app, router: Router):
-        self.app = app
-        self.router = router
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "websocket":
-            await self.router(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)

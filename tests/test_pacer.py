@@ -14,7 +14,7 @@ import pytest
 from llmsim import accepting
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
-from llmsim.observer import Observer
+from llmsim.front import Front
 from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.stats import Stats
 from llmsim.templates import Event
@@ -152,10 +152,12 @@ def paced_on_timer(written: list, first_due_in: float) -> None:
     PACERS.get().add(PacedStream(events(1), start, written.extend, None, None, clock), start)
 
 
-def observed(app) -> Observer:
-    """`app` behind the middleware every API request goes through."""
-    return Observer(app, SimpleNamespace(stats=Stats(enabled=False),
-                                         settings=SimpleNamespace(trace=None, log_format=None)))
+def observed(app) -> Front:
+    """`app` behind the front door every API request goes through (on to `app`: no route
+    of its own)."""
+    settings = SimpleNamespace(trace=None, log_format=None, api_keys=None, max_body_bytes=1 << 20)
+    return Front(app, sim=SimpleNamespace(stats=Stats(enabled=False), settings=settings),
+                 operations={}, websockets=None, render_error=None, base_paths=("/v1",))
 
 
 async def call(app) -> None:

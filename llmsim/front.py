@@ -1,0 +1,138 @@
+"""The front door: the ASGI app `create_app` returns. Every request and connection enters here.
+
+* API requests (under the base paths): observed (llmsim.observer), checked (llmsim.guard),
+  then the JSON operations of our OpenAPI document are served here directly
+  (llmsim.fastpath), and every other route goes on to connexion.
+* WebSocket connections: observed and checked, then to the Responses WebSocket router
+  (connexion routes HTTP only).
+* `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
+* lifespan: the observer's start and stop around connexion's.
+
+One layer instead of a middleware each: under load a request's bookkeeping is a few calls,
+and a JSON answer is written to `llmsim serve`'s connection in one piece
+(llmsim.connection.responder), its headers joined once instead of passing through the ASGI
+send chain and uvicorn's checks of every header. Any error becomes the provider's envelope
+through `render_error`, the app's one renderer.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from starlette.responses import Response
+
+from llmsim.connection import responder
+from llmsim.errors import APIError, ConnectionDrop, ServerError
+from llmsim.fastpath import Operation, call
+from llmsim.guard import Guard, refuse_websocket
+from llmsim.observer import Observer
+from llmsim.transport import SSEResponse
+
+ADMIN_PATHS = frozenset({"/metrics", "/health"})
+ADMIN_PREFIX = "/llmsim/"
+JSON = b"application/json"
+log = logging.getLogger("llmsim")
+
+
+class Front:
+    def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
+                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...]):
+        self.app = app                          # connexion: every route not served here
+        self.observer = Observer(sim)
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths)
+        self.operations = operations
+        self.websockets = websockets            # the Responses WebSocket router
+        self.render_error = render_error
+
+    async def __call__(self, scope, receive, send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            if path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX):
+                await self._admin(scope, receive, send)
+            else:
+                await self._api(scope, receive, send, path)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            self.observer.serving()
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.observer.stopped()
+        else:
+            await self.app(scope, receive, send)
+
+    async def _api(self, scope, receive, send, path: str) -> None:
+        observer = self.observer
+        ex = observer.begin(scope, path)
+
+        def observed_send(message):     # returns send's awaitable: no coroutine of its own
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()),
+                                      *observer.headers(ex, message["status"])]
+            return send(message)
+        try:
+            try:
+                headers = dict(scope["headers"])
+                self.guard.check(scope, headers)
+                admitted = await self.guard.admit(scope, receive, headers)
+                if admitted is None:
+                    return                  # the client left
+                scope, receive = admitted
+                op = self.operations.get(path) if scope["method"] == "POST" else None
+                response = None if op is None else await call(op, scope, receive)
+            except APIError as exc:
+                response = self.render_error(exc)
+            except Exception:
+                log.exception("unexpected error on %s %s", scope["method"], path)
+                response = self.render_error(ServerError(
+                    "The server had an error while processing your request."))
+            if response is None:
+                await self.app(scope, receive, observed_send)
+            else:
+                await self._respond(scope, receive, observed_send, response, ex)
+        except ConnectionDrop:
+            if not ex.status:       # headers promising a body that never comes
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", JSON), (b"content-length", b"1024")]})
+        finally:
+            observer.end(ex)
+
+    async def _respond(self, scope, receive, observed_send, response: Response, ex) -> None:
+        """`response` to the client: its head, and a JSON answer whole, in one write where the
+        connection allows (llmsim.connection.responder)."""
+        respond = responder(scope) if scope["method"] != "HEAD" else None
+        if respond is not None and response.background is None:
+            status = response.status_code
+            headers = [*response.raw_headers, *self.observer.headers(ex, status)]
+            if isinstance(response, SSEResponse):
+                response.head_written = respond(status, headers, None)
+            elif respond(status, headers, response.body):
+                return
+        await response(scope, receive, observed_send)
+
+    async def _admin(self, scope, receive, send) -> None:
+        headers = dict(scope["headers"])
+        try:
+            self.guard.check(scope, headers)
+            admitted = await self.guard.admit(scope, receive, headers)
+        except APIError as exc:
+            await self.render_error(exc)(scope, receive, send)
+            return
+        if admitted is not None:
+            await self.app(*admitted, send)
+
+    async def _websocket(self, scope, receive, send) -> None:
+        try:
+            self.guard.check(scope, dict(scope.get("headers") or ()))
+            refused = None
+        except APIError as exc:
+            refused = exc
+
+        async def app(scope, receive, send):
+            if refused is not None:
+                await refuse_websocket(scope, send, refused, self.render_error(refused).body)
+            else:
+                await self.websockets(scope, receive, send)
+        await self.observer.websocket(scope, receive, send, scope.get("path", ""), app)
