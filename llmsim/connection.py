@@ -79,11 +79,8 @@ def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
     def respond(status: int, headers: list, body: bytes | None) -> bool:
         if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
             return False
-        head = [_status_line(status)]
-        for name, value in cycle.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        for name, value in headers:
-            head += (name, b": ", value, b"\r\n")
+        head = [_status_line(status), *[b"%s: %s\r\n" % pair for pair in cycle.default_headers],
+                *[b"%s: %s\r\n" % pair for pair in headers]]
         keep_alive = cycle.keep_alive
         if not keep_alive:
             head.append(b"connection: close\r\n")

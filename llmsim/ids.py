@@ -5,4 +5,5 @@ import random
 
 
 def make(prefix: str, rng: random.Random, hex_chars: int = 48) -> str:
-    return f"{prefix}{rng.getrandbits(hex_chars * 4):0{hex_chars}x}"
+    """`prefix` and `hex_chars` (even) random hex digits."""
+    return prefix + rng.getrandbits(hex_chars * 4).to_bytes(hex_chars // 2, "big").hex()

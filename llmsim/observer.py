@@ -17,6 +17,7 @@ import asyncio
 import random
 import time
 
+from llmsim import ids
 from llmsim.collector import Collector
 from llmsim.pacer import PACERS
 from llmsim.requestlog import AccessLog, Trace
@@ -70,7 +71,7 @@ class Observer:
         for name, value in headers:
             if name == REQUEST_ID and value:
                 return value[:MAX_ID].decode("latin-1")
-        return f"req_{self._rng.getrandbits(128):032x}"
+        return ids.make("req_", self._rng, 32)
 
     # -- the server's life (lifespan) ------------------------------------------------------
     def serving(self) -> None:
