@@ -59,10 +59,11 @@ def flusher(loop: asyncio.AbstractEventLoop) -> Flusher:
 class CorkedTransport:
     """A transport whose `write`s within one loop step go out together; everything else is
     the wrapped transport's (closing flushes first)."""
-    __slots__ = ("_transport", "_flusher", "_pending")
+    __slots__ = ("_transport", "_flusher", "_pending", "is_closing")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
+        self.is_closing = transport.is_closing      # asked after every response: not through __getattr__
         self._flusher = flusher(loop)
         self._pending: list[bytes] = []
 
