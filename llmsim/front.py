@@ -65,7 +65,8 @@ class Front:
 
     async def _api(self, scope, receive, send, path: str) -> None:
         observer = self.observer
-        ex = observer.begin(scope, path)
+        headers = dict(scope["headers"])
+        ex = observer.begin(scope, path, headers)
 
         def observed_send(message):     # returns send's awaitable: no coroutine of its own
             if message["type"] == "http.response.start":
@@ -74,7 +75,6 @@ class Front:
             return send(message)
         try:
             try:
-                headers = dict(scope["headers"])
                 self.guard.check(scope, headers)
                 admitted = await self.guard.admit(scope, receive, headers)
                 if admitted is None:

@@ -67,10 +67,11 @@ class Observer:
                 self._endpoints[path] = name
         return name
 
-    def request_id(self, headers) -> str:
-        for name, value in headers:
-            if name == REQUEST_ID and value:
-                return value[:MAX_ID].decode("latin-1")
+    def request_id(self, headers: dict) -> str:
+        """The client's `x-request-id` (`headers`: the request's, as a dict), else a new id."""
+        given = headers.get(REQUEST_ID)
+        if given:
+            return given[:MAX_ID].decode("latin-1")
         return ids.make("req_", self._rng, 32)
 
     # -- the server's life (lifespan) ------------------------------------------------------
@@ -83,11 +84,12 @@ class Observer:
         self.stats.stopped()
 
     # -- one HTTP request ------------------------------------------------------------------
-    def begin(self, scope, path: str) -> Exchange:
-        """The request has arrived: its exchange, current until `end`."""
+    def begin(self, scope, path: str, headers: dict) -> Exchange:
+        """The request (`headers`: its headers as a dict) has arrived: its exchange, current
+        until `end`."""
         PACERS.catch_up()
-        ex = Exchange(self.request_id(scope["headers"]), "http", scope["method"], path,
-                      self.endpoint(path), self.stats)
+        ex = Exchange(self.request_id(headers), "http", scope["method"], path, self.endpoint(path),
+                      self.stats)
         ex.token = CURRENT.set(ex)
         self.in_flight += 1
         if self.counting:
@@ -125,7 +127,7 @@ class Observer:
 
     # -- one WebSocket connection ----------------------------------------------------------
     async def websocket(self, scope, receive, send, path: str, app) -> None:
-        ex = Exchange(self.request_id(scope.get("headers") or ()), WEBSOCKET, "WS", path,
+        ex = Exchange(self.request_id(dict(scope.get("headers") or ())), WEBSOCKET, "WS", path,
                       "websocket", self.stats)
         token = CURRENT.set(ex)
         stats = self.stats
