@@ -7,6 +7,8 @@
   (connexion routes HTTP only).
 * `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
 * lifespan: the observer's start and stop around connexion's.
+* `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
+  server closes the connection: mid-body for streams, right after the headers otherwise.
 
 One layer instead of a middleware each: under load a request's bookkeeping is a few calls,
 and a JSON answer is written to `llmsim serve`'s connection in one piece
@@ -24,13 +26,12 @@ from starlette.responses import Response
 from llmsim.connection import responder
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.fastpath import Operation, call
-from llmsim.guard import Guard, refuse_websocket
+from llmsim.guard import JSON, Guard, refuse_websocket
 from llmsim.observer import Observer
 from llmsim.transport import SSEResponse
 
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
 ADMIN_PREFIX = "/llmsim/"
-JSON = b"application/json"
 log = logging.getLogger("llmsim")
 
 
