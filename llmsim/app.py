@@ -126,7 +126,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.add_error_handler(Exception, on_unexpected)
     # In front of connexion: stats, checks and the hot JSON operations (the same document,
     # compiled once), and the WebSocket upgrades connexion cannot route.
-    front = Front(app, sim=sim, operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
-                  websockets=ResponsesSocket(sim).router(BASE_PATHS),
-                  render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS)
-    return front
+    return Front(app, sim=sim, operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
+                 websockets=ResponsesSocket(sim).router(BASE_PATHS),
+                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS)
