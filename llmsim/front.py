@@ -76,7 +76,6 @@ class Front:
             return send(message)
         try:
             try:
-                self.guard.check(scope, headers)
                 admitted = await self.guard.admit(scope, receive, headers)
                 if admitted is None:
                     return                  # the client left
@@ -116,7 +115,6 @@ class Front:
     async def _admin(self, scope, receive, send) -> None:
         headers = dict(scope["headers"])
         try:
-            self.guard.check(scope, headers)
             admitted = await self.guard.admit(scope, receive, headers)
         except APIError as exc:
             await self.render_error(exc)(scope, receive, send)

@@ -34,7 +34,9 @@ class Guard:
 
     async def admit(self, scope, receive, headers: dict):
         """(scope, receive) as the app should see them, or None when the client left while
-        its chunked body was read; PayloadTooLargeError when that body is over the limit."""
+        its chunked body was read; APIError (`check`'s, or the chunked body over the limit)
+        when the request may not go on."""
+        self.check(scope, headers)
         if b"content-type" not in headers and scope["method"] in BODY_METHODS:
             scope = {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
         if b"content-length" in headers or b"transfer-encoding" not in headers:
