@@ -22,6 +22,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmsim.connection import PROTOCOL
 from llmsim.fastpath import RECEIVED_AT
+from llmsim.starting import starter
 
 
 class Flusher:
@@ -113,22 +114,11 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-def _after_reads(app):
-    """`app`, started one loop step after the request was read. The loop reads sockets only
-    between steps, and a step runs every request read before it: of 100 requests written
-    within a millisecond, those the first read found were all handled (~40 ms) before the
-    rest were read, and those requests' simulated time started that late. Waiting one step
-    first, every request already arrived is read, and stamped, before any is handled."""
-    async def app_after_reads(scope, receive, send):
-        await asyncio.sleep(0)
-        await app(scope, receive, send)
-    return app_after_reads
-
-
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.app = _after_reads(self.app)
+    def _start_asgi_task(self, cycle, app) -> None:
+        """After the loop's next read of sockets, at once until it first waits (llmsim.starting)."""
+        eager = getattr(self.app, "eager", None)
+        self.starter.add(cycle.run_asgi, app, self.tasks, eager is not None and eager(cycle.scope))
 
     def on_message_begin(self) -> None:
         """Stamp the request with when it arrived (`Clock.now`'s base), before it may wait
@@ -139,6 +129,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
         self.on_lost: Callable[[], None] | None = None     # see llmsim.connection.watch_disconnect
+        self.starter = starter(self.loop)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -45,6 +45,11 @@ class Front:
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error
 
+    def eager(self, scope) -> bool:
+        """Whether the request may start before it has a task of its own (llmsim.starting):
+        the operations served here, whose code never asks for its task."""
+        return scope["method"] == "POST" and scope["path"] in self.operations
+
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
         if kind == "http":

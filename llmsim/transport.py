@@ -156,15 +156,18 @@ class SSEResponse(Response):
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items())]
         self.finished = self.left = False
         self.head_written = False       # the status line and headers are out (llmsim.front)
+        self._task: asyncio.Task | None = None
+        self._waiting: asyncio.Future | None = None     # a paced stream's end, while awaited
+        self._task_cancelled = False
 
     async def __call__(self, scope, receive, send) -> None:
-        task = asyncio.current_task()
+        self._task = asyncio.current_task()     # None while started eagerly (llmsim.starting)
         watcher: list[asyncio.Task] = []
-        forget = watch_disconnect(scope, lambda: self._left(task))
+        forget = watch_disconnect(scope, self._left)
         if forget is None:
             loop = asyncio.get_running_loop()
             forget = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
-                loop.create_task(self._watch(receive, task)))).cancel
+                loop.create_task(self._watch(receive)))).cancel
         stream = None
         try:
             if not self.head_written:
@@ -172,7 +175,9 @@ class SSEResponse(Response):
             chunks = self.chunks
             if isinstance(chunks, Paced) and chunks.clock.realtime:
                 stream = self._on_pacer(chunks, send, chunk_writer(scope))
+                self._waiting = stream.done
                 await stream.done
+                self._waiting = None
                 if chunks.on_end is not None:
                     await chunks.on_end()
             else:
@@ -183,7 +188,8 @@ class SSEResponse(Response):
         except asyncio.CancelledError:
             if not self.left:
                 raise
-            task.uncancel()          # our own cancellation: the client left, nothing to answer
+            if self._task_cancelled:
+                self._task.uncancel()   # our own cancellation: the client left, nothing to answer
         finally:
             self.finished = True
             if stream is not None:
@@ -216,15 +222,20 @@ class SSEResponse(Response):
             PACERS.get().add(stream, following)
         return stream
 
-    async def _watch(self, receive, task: asyncio.Task) -> None:
+    async def _watch(self, receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        self._left(task)
+        self._left()
 
-    def _left(self, task: asyncio.Task) -> None:
+    def _left(self) -> None:
+        """The client left: stop waiting for the stream (a paced one's end), or the task."""
         if not self.finished:
             self.left = True
-            task.cancel()
+            if self._waiting is not None:
+                self._waiting.cancel()
+            elif self._task is not None:
+                self._task_cancelled = True
+                self._task.cancel()
 
 
 async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock,

@@ -77,6 +77,14 @@ def connect(n: int = N, app=None) -> tuple[CorkedHttpToolsProtocol, Transport]:
     return protocol, transport
 
 
+async def handled(*protocols: CorkedHttpToolsProtocol, timeout: float = 5) -> None:
+    """Until what the protocols read is handled: started two loop steps after it was read
+    (llmsim.starting), then, for a request that waited, its task done."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(*(t for p in protocols for t in p.tasks)), timeout)
+
+
 def body_of(raw: bytes) -> tuple[list[int], bool]:
     """The `i` of every event in a chunked HTTP response, and whether its last chunk came."""
     _, _, rest = raw.partition(b"\r\n\r\n")
@@ -96,7 +104,7 @@ def _events(body: bytes) -> list[int]:
 
 async def test_a_paced_stream_reaches_the_connection_as_a_chunked_response():
     protocol, transport = connect()
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await handled(protocol)
     assert transport.data.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"transfer-encoding: chunked\r\n" in transport.data
     assert body_of(bytes(transport.data)) == (list(range(N)), True)
@@ -111,7 +119,7 @@ async def test_nothing_is_written_while_the_client_reads_slowly_and_all_of_it_af
     await asyncio.sleep(GAP * 8)
     assert len(transport.data) == held
     protocol.resume_writing()
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await handled(protocol)
     assert body_of(bytes(transport.data)) == (list(range(N)), True)
 
 
@@ -120,14 +128,14 @@ async def test_a_client_that_leaves_ends_its_stream_at_once():
     await asyncio.sleep(GAP * 4)
     protocol.connection_lost(None)
     written = len(transport.data)
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 0.5)
+    await handled(protocol, timeout=0.5)
     assert len(transport.data) == written
     assert body_of(bytes(transport.data))[1] is False     # no last chunk: it just stopped
 
 
 async def test_an_instant_stream_leaves_in_one_write():
     protocol, transport = connect(app=paced_app(5, gap=0))
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await handled(protocol)
     await asyncio.sleep(0)                      # the loop step's writes go out after it
     assert len(transport.writes) == 1
     assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
@@ -147,7 +155,7 @@ async def test_streams_due_together_each_leave_before_the_next_is_rendered():
         transport.write = lambda data, name=name, real_write=real_write: (
             order.append(f"write {name}"), real_write(data))
         pairs.append((protocol, transport))
-    await asyncio.wait_for(asyncio.gather(*(t for p, _ in pairs for t in p.tasks)), 5)
+    await handled(*(p for p, _ in pairs))
     # a stream draws its next event (here 1) while writing the due one (0)
     due_together = order[order.index("draw a1"):order.index("draw a1") + 4]
     assert due_together == ["draw a1", "write a", "draw b1", "write b"]

@@ -12,7 +12,7 @@ from uvicorn.server import ServerState
 from llmsim.app import create_app
 from llmsim.corking import CorkedHttpToolsProtocol
 from llmsim.settings import Settings
-from test_corking import Transport
+from test_corking import Transport, handled
 
 BODY = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -37,7 +37,7 @@ async def answered(protocol, transport, raw: bytes) -> bytes:
     """What the protocol wrote for one request (its loop step's writes out)."""
     before = len(transport.writes)
     protocol.data_received(raw)
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await handled(protocol)
     await asyncio.sleep(0)
     return b"".join(transport.writes[before:])
 
@@ -51,7 +51,7 @@ def parts(raw: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
 async def test_a_json_answer_leaves_whole_in_one_write_with_the_observers_headers():
     protocol, transport = connect()
     protocol.data_received(request())
-    await asyncio.wait_for(asyncio.gather(*protocol.tasks), 5)
+    await handled(protocol)
     await asyncio.sleep(0)
     assert len(transport.writes) == 1
     status, headers, body = parts(transport.writes[0])
