@@ -142,6 +142,7 @@ class JsonCodegen:
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
         self._loop_fixed: frozenset[str] = frozenset()  # ... but these, per step loop (`writer`)
+        self._memo = True                         # memoise what can be (`writer`'s `once`)
         self._local_loops: list[str] = []         # variables of the `$for`s being generated
         # while an object is inlined: its `$with` variables -> (the local holding the value,
         # whether it holds the value's JSON bytes rather than the value)
@@ -152,16 +153,19 @@ class JsonCodegen:
                        "const": lambda node, where: _const(dumps(node))}
 
     def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None,
-               loop_fixed: frozenset[str] = frozenset()) -> Writer:
+               loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Writer:
         """`node`'s JSON writer: generated code, with `fallback` when it raises; the writer
         of the object `name`, when given, which other writers may call. `loop_fixed`: for an
         event inside a stream's loop, the variables of outer loops, which keep their values
-        while that loop runs (llmsim.stepcodegen gives each run of a loop a new `_lm` memo)."""
-        outer, self._loop_fixed = self._loop_fixed, frozenset(loop_fixed)
+        while that loop runs (llmsim.stepcodegen gives each run of a loop a new `_lm` memo).
+        `once`: the value is written once per render (a template's `body`), so nothing of it
+        is memoised (a memo costs a look-up and a store per entry, and saves nothing)."""
+        outer = self._loop_fixed, self._memo
+        self._loop_fixed, self._memo = frozenset(loop_fixed), not once
         try:
             gen, names = self._scoped(node, where)
         finally:
-            self._loop_fixed = outer
+            self._loop_fixed, self._memo = outer
         if gen.const is not None:
             data = gen.const
             fast = lambda ctx: data         # noqa: E731
@@ -348,7 +352,7 @@ class JsonCodegen:
             self._reads.pop()
         if gen.const is not None:
             return gen, "_m"
-        if gen.omittable or "__opaque__" in reads or any(read[0] == LOCAL for read in reads):
+        if not self._memo or gen.omittable or "__opaque__" in reads or any(read[0] == LOCAL for read in reads):
             return gen, None
         rebound = reads & self.bound
         return gen, "_m" if not rebound else "_lm" if rebound <= self._loop_fixed else None

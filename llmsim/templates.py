@@ -126,12 +126,12 @@ class Compiler:
         return self.codegen.value_function(node, where, fallback=self.value(node, where))
 
     def json_writer(self, node: Any, where: str, name: str | None = None,
-                    loop_fixed: frozenset[str] = frozenset()) -> Callable[[dict], bytes | None]:
+                    loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Callable[[dict], bytes | None]:
         """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
-        object `name`'s, when given: other writers call or inline it); `loop_fixed`: see
-        `JsonCodegen.writer`."""
+        object `name`'s, when given: other writers call or inline it); `loop_fixed` and
+        `once`: see `JsonCodegen.writer`."""
         return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name,
-                                   loop_fixed=loop_fixed)
+                                   loop_fixed=loop_fixed, once=once)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()
@@ -330,7 +330,7 @@ class TemplateSet:
             body = body_json = stream = None
             if "body" in doc:
                 body = compiler.value(doc["body"], f"{path}: body")
-                body_json = compiler.json_writer(doc["body"], f"{path}: body")
+                body_json = compiler.json_writer(doc["body"], f"{path}: body", once=True)
             if "stream" in doc:
                 stream = compiler.steps(doc["stream"], f"{path}: stream")
             self.templates[name] = Template(name, body, body_json, stream)
