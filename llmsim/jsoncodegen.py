@@ -24,11 +24,13 @@ it out whole holds its JSON bytes), unless the object loops or names objects by
 expression: then its own function is called. One named by
 `"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
 function is only a fast path: on any exception it hands the value to the closure writer of
-`jsonwriter`, which gives the same bytes or the precise template error.
+`jsonwriter`, which gives the same bytes or the precise template error. A value written
+once per render (a template's `body`) is built as one Python value instead
+(llmsim.jsonvaluegen), which uses this module's expressions and, for what it does not
+build, this module's JSON.
 """
 from __future__ import annotations
 
-import ast
 import itertools
 import re
 from typing import Any, Callable, NamedTuple
@@ -37,6 +39,7 @@ import orjson
 
 from llmsim import pyexpr
 from llmsim.jsonbytes import dumps
+from llmsim.jsonvaluegen import ValueCodegen, echoed_with_default, static
 from llmsim.template_syntax import LOOP, ONE_NAME, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
@@ -49,27 +52,6 @@ class Gen(NamedTuple):
     const: bytes | None = None
     omittable: bool = False
     parts: tuple = ()       # when `code` joins these (bytes and code): a parent joins them itself
-
-
-def _echoed_with_default(code: str) -> tuple[str, bytes] | None:
-    """For `given(m.get(k), <literal>)` (a request field echoed back, usually absent): the code
-    of `m.get(k)` and the JSON of the literal. `m.get(k)` is never jinja's Undefined, so
-    `given` then only stands for `is None`."""
-    try:
-        call = ast.parse(code, mode="eval").body
-    except SyntaxError:
-        return None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "given"
-            and len(call.args) == 2 and not call.keywords):
-        return None
-    got, default = call.args
-    if not (isinstance(got, ast.Call) and isinstance(got.func, ast.Attribute) and got.func.attr == "get"):
-        return None
-    try:
-        value = ast.literal_eval(default)
-    except ValueError:
-        return None
-    return ast.unparse(got), dumps(value)
 
 
 def _const(data: bytes) -> Gen:
@@ -163,7 +145,10 @@ class JsonCodegen:
         outer = self._loop_fixed, self._memo
         self._loop_fixed, self._memo = frozenset(loop_fixed), not once
         try:
-            gen, names = self._scoped(node, where)
+            if once and not static(node):       # built as one value, serialised once
+                gen, names = self._scoped(node, where, values=True)
+            else:
+                gen, names = self._scoped(node, where)
         finally:
             self._loop_fixed, self._memo = outer
         if gen.const is not None:
@@ -214,10 +199,13 @@ class JsonCodegen:
         finally:
             self._names = outer
 
-    def _scoped(self, node: Any, where: str) -> tuple[Gen, set[str]]:
-        """Generate `node` as the body of a new function: its code and the variables it reads."""
+    def _scoped(self, node: Any, where: str, values: bool = False) -> tuple[Gen, set[str]]:
+        """Generate `node` as the body of a new function: its code and the variables it reads;
+        with `values`, by llmsim.jsonvaluegen."""
         outer, self._names = self._names, set()
         try:
+            if values:
+                return Gen(ValueCodegen(self).json_code(node, where)), self._names
             return self.gen(node, where), self._names
         finally:
             self._names = outer
@@ -325,7 +313,7 @@ class JsonCodegen:
                 return Gen(local)
         code = self.value_code(text, where)
         if not self._may_omit(text):
-            echoed = _echoed_with_default(code)
+            echoed = echoed_with_default(code)
             if echoed is not None:          # its default's JSON a constant: no `given`, no dumps
                 got, default = echoed
                 v = f"_v{next(self._ids)}"

@@ -200,3 +200,43 @@ body:
                                                  "store": True}
     assert orjson.loads(t.body_json(req={"temperature": 0, "store": False, "text": None})) == {
         "temperature": 0, "text": {"format": {"type": "text"}}, "store": False}
+
+
+def test_a_body_loop_of_objects_named_by_expression_sees_the_loop_and_with_values(compile_one):
+    """A body is built as one value; a loop item it cannot build in place (an object named by
+    an expression) is written with the variables the body holds: the loop's and `$with` ones."""
+    t = compile_one("""
+objects:
+  kind_a: {a: "{{ v }}", tag: "{{ tag }}"}
+  kind_b: {b: "{{ v }}", tag: "{{ tag }}"}
+  outer:
+    items: {$for: "v in values", $do: {$object: "kind_{{ v }}"}}
+    tag: "{{ tag }}"
+body: {$object: outer, $with: {tag: "{{ label | upper }}"}}
+""")
+    written = t.body_json(values=["a", "b"], label="x")
+    assert written == dumps(t.body(values=["a", "b"], label="x"))
+    assert orjson.loads(written) == {"items": [{"a": "a", "tag": "X"}, {"b": "b", "tag": "X"}], "tag": "X"}
+
+
+def test_a_body_drops_omitted_entries_and_loop_items(compile_one):
+    t = compile_one("""
+body:
+  kept: "{{ n }}"
+  dropped: "{{ omit if n else 1 }}"
+  evens: {$for: "i in range(n)", $do: "{{ i if i % 2 == 0 else omit }}"}
+  maybe: {$if: "{{ n > 5 }}", $then: {big: true}}
+  list: ["{{ omit }}", "{{ n }}"]
+""")
+    written = t.body_json(n=4)
+    assert written == dumps(t.body(n=4))
+    assert orjson.loads(written) == {"kept": 4, "evens": [0, 2], "list": [4]}
+
+
+def test_a_body_loop_item_computed_by_a_jinja_statement_sees_its_loop_variable(compile_one):
+    t = compile_one("""
+body: {$for: "x in xs", $do: {label: "{% if x > 1 %}many{% else %}one{% endif %}", x: "{{ x }}"}}
+""")
+    written = t.body_json(xs=[1, 2])
+    assert written == dumps(t.body(xs=[1, 2]))
+    assert orjson.loads(written) == [{"label": "one", "x": 1}, {"label": "many", "x": 2}]
