@@ -187,3 +187,26 @@ async def test_a_request_read_behind_a_slow_one_is_stamped_before_the_slow_one_i
     loop.call_soon(following[0].data_received, following[1])
     await asyncio.sleep(0.1)
     assert received["/next"] - received["/slow"] < 0.01
+
+
+async def test_a_stream_outlasting_the_keep_alive_timeout_is_not_cut():
+    """The keep-alive timer armed by an earlier answer fires while a later stream runs: the
+    connection is busy, so it stays open until the stream ends."""
+    quick, slow = paced_app(1, gap=0), paced_app(30, gap=0.01)
+
+    async def app(scope, receive, send):
+        await (quick if scope["path"] == "/quick" else slow)(scope, receive, send)
+    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, lifespan="off", log_level="warning",
+                            timeout_keep_alive=0.05)
+    protocol = CorkedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={},
+                                       _loop=asyncio.get_running_loop())
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.data_received(b"GET /quick HTTP/1.1\r\nHost: sim\r\n\r\n")
+    await handled(protocol)
+    await asyncio.sleep(0.02)
+    before = len(transport.data)
+    protocol.data_received(b"GET /stream HTTP/1.1\r\nHost: sim\r\n\r\n")
+    await handled(protocol)
+    assert not transport.closed
+    assert body_of(bytes(transport.data[before:])) == (list(range(30)), True)

@@ -78,6 +78,18 @@ async def test_a_connection_left_idle_after_a_json_answer_closes_after_the_keep_
     assert transport.closed
 
 
+async def test_a_connection_in_use_stays_open_and_closes_a_keep_alive_timeout_after_its_last_answer():
+    protocol, transport = connect(timeout_keep_alive=0.2)
+    for _ in range(3):                  # an answer every 0.1 s: never idle for 0.2 s
+        await answered(protocol, transport, request())
+        await asyncio.sleep(0.1)
+    assert not transport.closed
+    await asyncio.sleep(0.05)
+    assert not transport.closed         # idle 0.15 s since the last answer
+    await asyncio.sleep(0.3)
+    assert transport.closed
+
+
 async def test_an_http_1_0_answer_says_the_connection_closes_and_closes_it():
     protocol, transport = connect()
     status, headers, body = parts(await answered(protocol, transport, request(b"1.0")))
