@@ -79,14 +79,13 @@ async def test_a_connection_left_idle_after_a_json_answer_closes_after_the_keep_
 
 
 async def test_a_connection_in_use_stays_open_and_closes_a_keep_alive_timeout_after_its_last_answer():
-    protocol, transport = connect(timeout_keep_alive=0.2)
-    for _ in range(3):                  # an answer every 0.1 s: never idle for 0.2 s
-        await answered(protocol, transport, request())
-        await asyncio.sleep(0.1)
-    assert not transport.closed
-    await asyncio.sleep(0.05)
-    assert not transport.closed         # idle 0.15 s since the last answer
-    await asyncio.sleep(0.3)
+    protocol, transport = connect(timeout_keep_alive=1.0)
+    for _ in range(3):                  # an answer every 0.4 s: never idle for 1 s, though
+        await answered(protocol, transport, request())   # the first answer's timer fires
+        await asyncio.sleep(0.4)
+    await asyncio.sleep(0.2)
+    assert not transport.closed         # idle ~0.6 s since the last answer
+    await asyncio.sleep(1.0)
     assert transport.closed
 
 
