@@ -32,6 +32,7 @@ build, this module's JSON.
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 import re
 from typing import Any, Callable, NamedTuple
 
@@ -505,6 +506,16 @@ class JsonCodegen:
 
     def _inline(self, name: str, extra: dict, where: str) -> Gen:
         """The object's code in place, each `$with` value computed first into a local."""
+        binds, subst = self.with_binds(name, extra, where)
+        with self.inlining(name, subst):
+            gen = self.gen(self.raw_objects[name], f"objects.{name}")
+        if not binds or gen.const is not None:
+            return gen
+        return Gen(f"({', '.join(binds)}, {gen.code})[-1]", omittable=gen.omittable)
+
+    def with_binds(self, name: str, extra: dict, where: str) -> tuple[list[str], dict]:
+        """Code binding each `$with` value of the object `name` to a local (its JSON bytes when
+        the object only writes it out whole), and the variables as the object reads them."""
         raw, binds, subst = self.raw_objects[name], [], dict(self._subst)
         for var, node in extra.items():
             local, at = f"_wv{next(self._ids)}", f"{where}.$with.{var}"
@@ -516,16 +527,18 @@ class JsonCodegen:
                     continue
             binds.append(f"({local} := {self.value_code(node, at)})")
             subst[var] = (local, False)
+        return binds, subst
+
+    @contextmanager
+    def inlining(self, name: str, subst: dict):
+        """While the object `name` is generated in place, with `subst` (from `with_binds`)."""
         outer, self._subst = self._subst, subst
         self._inlining.add(name)
         try:
-            gen = self.gen(raw, f"objects.{name}")
+            yield
         finally:
             self._subst = outer
             self._inlining.discard(name)
-        if not binds or gen.const is not None:
-            return gen
-        return Gen(f"({', '.join(binds)}, {gen.code})[-1]", omittable=gen.omittable)
 
     def _with_code(self, target: str | None, var: str, node: Any, where: str) -> str:
         """A `$with` value. A list or mapping the target object only writes out whole

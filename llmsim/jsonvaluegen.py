@@ -209,25 +209,10 @@ class ValueCodegen:
         """The object's value in place, each `$with` value computed first into a local (as
         JSON bytes when the object only writes it out whole)."""
         cg = self.cg
-        name, extra = node["$object"], node.get("$with") or {}
-        raw, binds, subst = cg.raw_objects[name], [], dict(cg._subst)
-        for var, node in extra.items():
-            local, at = f"_wv{next(cg._ids)}", f"{where}.$with.{var}"
-            if isinstance(node, (list, dict)) and cg._used_whole(raw, var, set()):
-                gen = cg.gen(node, at)
-                if not gen.omittable:
-                    binds.append(f"({local} := {gen.code})")
-                    subst[var] = (local, True)
-                    continue
-            binds.append(f"({local} := {cg.value_code(node, at)})")
-            subst[var] = (local, False)
-        outer, cg._subst = cg._subst, subst
-        cg._inlining.add(name)
-        try:
-            value = self.gen(raw, f"objects.{name}")
-        finally:
-            cg._subst = outer
-            cg._inlining.discard(name)
+        name = node["$object"]
+        binds, subst = cg.with_binds(name, node.get("$with") or {}, where)
+        with cg.inlining(name, subst):
+            value = self.gen(cg.raw_objects[name], f"objects.{name}")
         if not binds:
             return value
         return Value(f"({', '.join(binds)}, {value.code})[-1]", value.omittable)
