@@ -161,7 +161,6 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.idle_since = None
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()

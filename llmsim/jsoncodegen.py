@@ -601,11 +601,23 @@ class JsonCodegen:
         finally:
             self._reads = outer_reads
             self._local_loops.pop()
+        bind, source = self.iterable(source)
         if body.const is not None:
-            return Gen(f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
+            return Gen(f'({bind}b"[" + b",".join([{body.code} for _ in {source}]) + b"]")[-1]'
+                       if bind else f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
         item = self._define(body.code, names)
         name = self._callable(item)
-        return Gen(f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {source}]) + b"]"')
+        code = f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {source}]) + b"]"'
+        return Gen(f"({bind}{code})[-1]" if bind else code)
+
+    def iterable(self, source: str) -> tuple[str, str]:
+        """A comprehension may not iterate over an expression holding `:=` (a dotted name three
+        deep reads its middle once that way): such a source is bound to a local first. The
+        binding, to put before the comprehension in a tuple ("" when none), and the iterable."""
+        if ":=" not in source:
+            return "", source
+        local = f"_s{next(self._ids)}"
+        return f"({local} := {source}), ", local
 
     def _if(self, node: dict, where: str) -> Gen:
         test = self.value_code(node["$if"], f"{where}.$if")

@@ -44,6 +44,9 @@ class ValueCodegen:
 
     def __init__(self, cg):
         self.cg = cg
+        omit = cg.omit
+        cg.namespace.setdefault("_kept", lambda items: [item for item in items if item is not omit])
+        self._kinds = {"string": self._leaf, "$if": self._if, "$for": self._for, "$object": self._object}
 
     def json_code(self, node: Any, where: str) -> str:
         """Code giving `node`'s JSON bytes (None when it is omitted)."""
@@ -65,10 +68,6 @@ class ValueCodegen:
         if generate is None or (kind == "$object" and not self._inlinable(node["$object"])):
             return self._called(node, where)
         return self._sealed(node, where, generate)
-
-    @property
-    def _kinds(self):
-        return {"string": self._leaf, "$if": self._if, "$for": self._for, "$object": self._object}
 
     def _inlinable(self, name: Any) -> bool:
         cg = self.cg
@@ -178,9 +177,8 @@ class ValueCodegen:
 
     def _list(self, node: list, where: str) -> Value:
         items = [self.gen(value, f"{where}[{i}]") for i, value in enumerate(node)]
-        if any(item.omittable for item in items):
-            v = self._local()
-            return Value(f"[{v} for {v} in ({', '.join(i.code for i in items)},) if {v} is not OMIT]")
+        if any(item.omittable for item in items):     # (no comprehension: items may hold `:=`)
+            return Value(f"_kept(({', '.join(i.code for i in items)},))")
         return Value(f"[{', '.join(i.code for i in items)}]")
 
     def _if(self, node: dict, where: str) -> Value:
@@ -200,10 +198,13 @@ class ValueCodegen:
             body = self.gen(node.get("$do"), f"{where}.$do")
         finally:
             cg._subst = outer
+        bind, source = cg.iterable(source)
         if body.omittable:
             v = self._local()
-            return Value(f"[{v} for {item} in {source} if ({v} := {body.code}) is not OMIT]")
-        return Value(f"[{body.code} for {item} in {source}]")
+            code = f"[{v} for {item} in {source} if ({v} := {body.code}) is not OMIT]"
+        else:
+            code = f"[{body.code} for {item} in {source}]"
+        return Value(f"({bind}{code})[-1]" if bind else code)
 
     def _object(self, node: dict, where: str) -> Value:
         """The object's value in place, each `$with` value computed first into a local (as

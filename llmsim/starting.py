@@ -12,10 +12,11 @@ starts them in batches instead, with the same timing as a task that first waits 
   a whole stream under `--profile instant` is written before its handler returns), and for
   them a task, and the loop steps that run it, are pure cost: W1 and W2 of bench/perf.py
   take 2% fewer instructions one request at a time (bench/instructions.py), and 4% without
-  the two callbacks a batch costs, which a batch of many requests shares. A request that does wait (a paced stream, a slow client's body)
-  goes on in a task from where it stopped, in the same `contextvars` context, as Python
-  3.12's eager tasks do. Until then `asyncio.current_task()` is None, so only requests the
-  app says can run so (`app.eager(scope)`: llmsim.front's own JSON operations) do.
+  the two callbacks a batch costs, which a batch of many requests shares. A request that
+  does wait (a paced stream, a slow client's body) goes on in a task from where it
+  stopped, in the same `contextvars` context, as Python 3.12's eager tasks do. Until then
+  `asyncio.current_task()` is None, so only requests the app says can run so
+  (`app.eager(scope)`: llmsim.front's own JSON operations) do.
 
 One `Starter` per event loop: two callbacks per batch, not a task per request.
 """

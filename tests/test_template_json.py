@@ -240,3 +240,20 @@ body: {$for: "x in xs", $do: {label: "{% if x > 1 %}many{% else %}one{% endif %}
     written = t.body_json(xs=[1, 2])
     assert written == dumps(t.body(xs=[1, 2]))
     assert orjson.loads(written) == [{"label": "one", "x": 1}, {"label": "many", "x": 2}]
+
+
+def test_a_loop_over_a_name_three_deep_is_written_in_a_body_and_in_events(compile_one):
+    t = compile_one("""
+body:
+  xs: {$for: "x in a.b.c", $do: "{{ x }}"}
+  items: ["{{ given(req.get('u'), omit) }}", {$object: o}, "{{ a.b.c[0] }}"]
+objects:
+  o: {v: "{{ omit if a.b.c else 1 }}"}
+stream:
+  - event: e
+    data: {xs: {$for: "x in a.b.c", $do: "{{ x }}"}}
+""")
+    ctx = {"a": {"b": {"c": [1, 2]}}, "req": {}}
+    assert t.body_json(**ctx) == dumps(t.body(**ctx))
+    assert orjson.loads(t.body_json(**ctx)) == {"xs": [1, 2], "items": [{}, 1]}
+    assert [e.json for e in t.events(**ctx)] == [b'{"xs":[1,2]}']
