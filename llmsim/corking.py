@@ -22,7 +22,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmsim.connection import PROTOCOL
 from llmsim.fastpath import RECEIVED_AT
-from llmsim.starting import starter
+from llmsim.starting import Starter
 
 
 class Flusher:
@@ -45,15 +45,17 @@ class Flusher:
             transport._flush()
 
 
-_FLUSHERS: dict[asyncio.AbstractEventLoop, Flusher] = {}
+_PER_LOOP: dict[tuple[type, asyncio.AbstractEventLoop], object] = {}
 
 
-def flusher(loop: asyncio.AbstractEventLoop) -> Flusher:
-    found = _FLUSHERS.get(loop)
+def for_loop(kind: type, loop: asyncio.AbstractEventLoop):
+    """The one `kind(loop)` of an event loop (a `Flusher`, a `llmsim.starting.Starter`); those
+    of closed loops are dropped."""
+    found = _PER_LOOP.get((kind, loop))
     if found is None:
-        for old in [other for other in _FLUSHERS if other.is_closed()]:
-            del _FLUSHERS[old]
-        found = _FLUSHERS[loop] = Flusher(loop)
+        for old in [key for key in _PER_LOOP if key[1].is_closed()]:
+            del _PER_LOOP[old]
+        found = _PER_LOOP[kind, loop] = kind(loop)
     return found
 
 
@@ -65,7 +67,7 @@ class CorkedTransport:
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self.is_closing = transport.is_closing      # asked after every response: not through __getattr__
-        self._flusher = flusher(loop)
+        self._flusher = for_loop(Flusher, loop)
         self._pending: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -129,7 +131,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
         self.on_lost: Callable[[], None] | None = None     # see llmsim.connection.watch_disconnect
-        self.starter = starter(self.loop)
+        self.starter = for_loop(Starter, self.loop)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:

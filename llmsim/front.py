@@ -48,7 +48,11 @@ class Front:
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.starting):
         the operations served here, whose code never asks for its task."""
-        return scope["method"] == "POST" and scope["path"] in self.operations
+        return self._operation(scope) is not None
+
+    def _operation(self, scope) -> Operation | None:
+        """The JSON operation served here for this request, if it is one."""
+        return self.operations.get(scope["path"]) if scope["method"] == "POST" else None
 
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
@@ -85,7 +89,7 @@ class Front:
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted
-                op = self.operations.get(path) if scope["method"] == "POST" else None
+                op = self._operation(scope)
                 response = None if op is None else await call(op, scope, receive)
             except APIError as exc:
                 response = self.render_error(exc)

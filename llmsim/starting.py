@@ -18,7 +18,8 @@ starts them in batches instead, with the same timing as a task that first waits 
   `asyncio.current_task()` is None, so only requests the app says can run so
   (`app.eager(scope)`: llmsim.front's own JSON operations) do.
 
-One `Starter` per event loop: two callbacks per batch, not a task per request.
+One `Starter` per event loop (llmsim.corking.for_loop): two callbacks per batch, not a task
+per request.
 """
 from __future__ import annotations
 
@@ -57,18 +58,6 @@ class Starter:
                 task = loop.create_task(run(arg))
                 task.add_done_callback(tasks.discard)
                 tasks.add(task)
-
-
-_STARTERS: dict[asyncio.AbstractEventLoop, Starter] = {}
-
-
-def starter(loop: asyncio.AbstractEventLoop) -> Starter:
-    found = _STARTERS.get(loop)
-    if found is None:
-        for old in [other for other in _STARTERS if other.is_closed()]:
-            del _STARTERS[old]
-        found = _STARTERS[loop] = Starter(loop)
-    return found
 
 
 def start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine, tasks: set) -> None:
