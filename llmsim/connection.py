@@ -79,7 +79,7 @@ def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
     def respond(status: int, headers: list, body: bytes | None) -> bool:
         if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
             return False
-        head = [_status_line(status), *[b"%s: %s\r\n" % pair for pair in cycle.default_headers],
+        head = [_status_line(status), _server_lines(cycle.default_headers),
                 *[b"%s: %s\r\n" % pair for pair in headers]]
         keep_alive = cycle.keep_alive
         if not keep_alive:
@@ -101,6 +101,20 @@ def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
         cycle.on_response()
         return True
     return respond
+
+
+_server_headers: tuple[list, bytes] = ([], b"")
+
+
+def _server_lines(headers: list) -> bytes:
+    """The server's own header lines (`date`, `server`): joined once per list (uvicorn makes
+    a new one when the date changes, once a second)."""
+    global _server_headers
+    known, lines = _server_headers
+    if headers is not known:
+        lines = b"".join([b"%s: %s\r\n" % pair for pair in headers])
+        _server_headers = (headers, lines)
+    return lines
 
 
 _STATUS_LINES: dict[int, bytes] = {}

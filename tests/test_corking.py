@@ -210,3 +210,64 @@ async def test_a_stream_outlasting_the_keep_alive_timeout_is_not_cut():
     await handled(protocol)
     assert not transport.closed
     assert body_of(bytes(transport.data[before:])) == (list(range(30)), True)
+
+
+def recording_app(seen: list):
+    """Answers 200 with an empty body; `seen` gets (scope, every message `receive` gave
+    before the answer)."""
+    async def app(scope, receive, send):
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        seen.append((scope, messages))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+    return app
+
+
+async def test_a_body_read_in_several_pieces_reaches_the_app_whole():
+    seen: list = []
+    protocol, transport = connect(app=recording_app(seen))
+    await handled(protocol)
+    protocol.data_received(b"POST /more HTTP/1.1\r\nHost: sim\r\nContent-Length: 11\r\n\r\n{\"a\":")
+    await asyncio.sleep(0.01)
+    protocol.data_received(b"\"bcd\"}")
+    await handled(protocol)
+    _, messages = seen[1]
+    assert b"".join(m["body"] for m in messages) == b'{"a":"bcd"}'
+    assert messages[-1]["more_body"] is False
+
+
+async def test_after_the_whole_body_receive_waits_until_the_client_leaves():
+    heard: list = []
+
+    async def app(scope, receive, send):
+        heard.append(await receive())
+        heard.append(await receive())
+    protocol, _ = connect(app=app)
+    await asyncio.sleep(0.05)
+    assert heard == [{"type": "http.request", "body": b"{}", "more_body": False}]
+    protocol.connection_lost(None)
+    await asyncio.sleep(0)
+    assert heard[1] == {"type": "http.disconnect"}
+
+
+async def test_the_scope_carries_the_decoded_path_and_the_query_of_each_request():
+    seen: list = []
+    protocol, _ = connect(app=recording_app(seen))
+    for target in (b"/v1/a%20b?x=1", b"/v1/a%20b?x=1", b"/v1/c"):
+        protocol.data_received(b"GET " + target + b" HTTP/1.1\r\nHost: sim\r\n\r\n")
+        await handled(protocol)
+    got = [(s["method"], s["path"], s["raw_path"], s["query_string"]) for s, _ in seen]
+    assert got == [("POST", "/stream", b"/stream", b""), ("GET", "/v1/a b", b"/v1/a%20b", b"x=1"),
+                   ("GET", "/v1/a b", b"/v1/a%20b", b"x=1"), ("GET", "/v1/c", b"/v1/c", b"")]
+
+
+async def test_pipelined_requests_are_answered_in_order():
+    seen: list = []
+    protocol, transport = connect(app=recording_app(seen))
+    protocol.data_received(b"GET /second HTTP/1.1\r\nHost: sim\r\n\r\nGET /third HTTP/1.1\r\nHost: sim\r\n\r\n")
+    for _ in range(3):
+        await handled(protocol)
+    assert [s["path"] for s, _ in seen] == ["/stream", "/second", "/third"]
+    assert transport.data.count(b"HTTP/1.1 200 OK\r\n") == 3
