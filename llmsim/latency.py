@@ -70,11 +70,29 @@ def schedule(profile: Profile, rng: random.Random, reasoning_tokens: int, visibl
         return Schedule(first, reasoning_end, (), reasoning_end)
     tbt = profile.tbt
     if tbt.sd:
-        gaps = (tbt.sample(rng) for _ in range(visible_tokens - 1))
-    else:       # a fixed gap: no draws, the same running sum (so the same floats)
-        gaps = itertools.repeat(tbt.mean / 1000.0, visible_tokens - 1)
-    times = array("d", itertools.accumulate(gaps, initial=reasoning_end))   # 8 bytes a time
+        times = array("d", itertools.accumulate((tbt.sample(rng) for _ in range(visible_tokens - 1)),
+                                                initial=reasoning_end))      # 8 bytes a time
+    else:
+        times = fixed_times(reasoning_end, tbt.mean / 1000.0, visible_tokens)
     return Schedule(first, reasoning_end, times, times[-1])
+
+
+_FIXED: dict[tuple[float, float, int], Sequence[float]] = {}
+MAX_FIXED = 256
+
+
+def fixed_times(start: float, gap: float, n: int) -> Sequence[float]:
+    """n due times `gap` apart from `start`, as a running sum (the same floats as drawing
+    fixed gaps). Under a profile with no spread every answer of a length has the same
+    times: the first `MAX_FIXED` such sequences are made once and shared, read-only (a
+    quarter of the cost of planning an instant answer, and one array for every stream)."""
+    key = (start, gap, n)
+    times = _FIXED.get(key)
+    if times is None:
+        times = array("d", itertools.accumulate(itertools.repeat(gap, n - 1), initial=start))
+        if len(_FIXED) < MAX_FIXED:
+            times = _FIXED[key] = memoryview(times).toreadonly()
+    return times
 
 
 def spread(start: float, end: float, n: int) -> list[float]:

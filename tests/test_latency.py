@@ -63,6 +63,20 @@ async def test_fixed_ttft_and_gap_set_the_text_delta_times():
     assert times_of(events, "response.output_text.delta") == pytest.approx([0.2 + 0.02 * i for i in range(10)])
 
 
+async def test_every_answer_of_a_fixed_profile_keeps_its_times():
+    """Answers of one length share their due times (llmsim.latency.fixed_times): answers
+    after one whose text starts later (after reasoning) have their own, each time."""
+    app = TimedApp(ttft_ms=210, tbt_ms=30, target_tokens=7)   # times no other test asks for
+    reasoned = times_of(await app.post({"model": "o3-mini", "input": "hi", "stream": True}),
+                        "response.output_text.delta")
+    plain = {"model": "gpt-4o", "input": "hi", "stream": True}
+    first = times_of(await app.post(plain), "response.output_text.delta")
+    again = times_of(await app.post(plain), "response.output_text.delta")
+    expected = [0.21 + 0.03 * i for i in range(7)]
+    assert reasoned[0] > 0.3
+    assert first == pytest.approx(expected) and again == pytest.approx(expected)
+
+
 async def test_created_and_in_progress_are_sent_at_once():
     app = TimedApp(ttft_ms=500, tbt_ms=20, target_tokens=5)
     events = await app.post({"model": "gpt-4o", "input": "hi", "stream": True})
