@@ -219,6 +219,23 @@ body: {$object: outer, $with: {tag: "{{ label | upper }}"}}
     assert orjson.loads(written) == {"items": [{"a": "a", "tag": "X"}, {"b": "b", "tag": "X"}], "tag": "X"}
 
 
+def test_a_body_object_named_by_expression_gets_its_own_with_values(compile_one):
+    """Each object a body's loop names by the item's value is built with the `$with` values
+    given there, computed for that item; values naming no object in place go on by name."""
+    t = compile_one("""
+objects:
+  kind_a: {a: "{{ w }}"}
+  kind_b: {b: "{{ w }}", also: "{{ v }}"}
+  kind_1: {one: "{{ w }}"}
+body: {$for: "v in values", $do: {$object: "kind_{{ v }}", $with: {w: "{{ v ~ '!' }}"}}}
+""")
+    values = ["b", "a", 1, "b"]
+    written = t.body_json(values=values)
+    assert written == dumps(t.body(values=values))
+    assert orjson.loads(written) == [{"b": "b!", "also": "b"}, {"a": "a!"}, {"one": "1!"},
+                                     {"b": "b!", "also": "b"}]
+
+
 def test_a_body_drops_omitted_entries_and_loop_items(compile_one):
     t = compile_one("""
 body:

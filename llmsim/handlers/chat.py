@@ -23,5 +23,6 @@ class ChatHandlers:
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             return transport.sse_response(transport.Paced(events, start, sim.clock, keepalive,
                                                           sim.stats.lateness))
-        await sim.clock.sleep_until(start + plan.end_at)
+        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+            await sim.clock.sleep_until(start + plan.end_at)
         return transport.json_response(self.template.body_json(plan=plan, req=body))

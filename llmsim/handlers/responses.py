@@ -35,7 +35,8 @@ class ResponsesHandlers:
                 replay = Replay(self.template, plan, body) if events is rendered else None
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.sse_response(chunks)
-        await sim.clock.sleep_until(start + plan.end_at)
+        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+            await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
         if wants_store(body):                               # the store keeps these bytes
             await sim.state.save(body, prior, own, content, plan=plan)
