@@ -135,7 +135,21 @@ class _Locals(ast.NodeTransformer):
         if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "_attr" \
                 and func.args[1].value == "get":                      # _attr(a, 'get')(k) -> a.get(k)
             node.func = ast.Attribute(func.args[0], "get", ast.Load())
+        elif isinstance(func, ast.Name) and func.id == "_attr" and isinstance(node.args[0], ast.Name) \
+                and node.args[1].value != "get":                    # (a call of it: just above)
+            return ast.copy_location(_item_or_attribute(node.args[0].id, node.args[1].value), node)
         return node
+
+
+def _item_or_attribute(name: str, attr: str) -> ast.expr:
+    """`_attr(x, 'a')` of a variable, in place: `(x['a'] if x.__class__ is dict else x.a)`,
+    as generated code reads a dotted name (a call less per use). Where jinja would find an
+    item of some other mapping, this raises, and generated code falls back to the exact path."""
+    var = ast.Name(name, ast.Load())
+    return ast.IfExp(ast.Compare(ast.Attribute(var, "__class__", ast.Load()), [ast.Is()],
+                                 [ast.Name("dict", ast.Load())]),
+                     ast.Subscript(var, ast.Constant(attr), ast.Load()),
+                     ast.Attribute(var, attr, ast.Load()))
 
 
 def _rewrite(source: str, global_names: set[str]) -> ast.expr | None:

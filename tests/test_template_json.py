@@ -4,6 +4,8 @@ The JSON writers are generated code backed by closures; here they run unguarded,
 byte comes from the generated code itself."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 import pytest
 
@@ -234,6 +236,27 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}", $with: {w: "{{ v ~ '!
     assert written == dumps(t.body(values=values))
     assert orjson.loads(written) == [{"b": "b!", "also": "b"}, {"a": "a!"}, {"one": "1!"},
                                      {"b": "b!", "also": "b"}]
+
+
+def test_an_expression_reads_a_key_of_any_mapping_as_jinja_does(tmp_path):
+    """Generated code reads `m.k` of a dict by item and of anything else by attribute; of a
+    mapping that is no dict it falls back to the exact (jinja) path, which reads the item."""
+    class Config(Mapping):
+        def __init__(self, **items):
+            self.items_ = items
+
+        def __getitem__(self, key):
+            return self.items_[key]
+
+        def __iter__(self):
+            return iter(self.items_)
+
+        def __len__(self):
+            return len(self.items_)
+    (tmp_path / "t.yaml").write_text('body: {v: "{{ m.k if flag else none }}"}')
+    t = TemplateSet(tmp_path)["t"]
+    assert orjson.loads(t.body_json(m={"k": 1}, flag=True)) == {"v": 1}
+    assert orjson.loads(t.body_json(m=Config(k=2), flag=True)) == {"v": 2}
 
 
 def test_a_body_drops_omitted_entries_and_loop_items(compile_one):
