@@ -165,7 +165,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             self.logger.warning("Exceeded concurrency limit.")
         existing = self.cycle
         self.cycle = Cycle(scope, self.transport, self.flow, self.server_state.default_headers,
-                           self.expect_100_continue,
+                           self.access_log, self.expect_100_continue,
                            http_version != "1.0" and parser.should_keep_alive(),
                            self.on_response_complete)
         if existing is None or existing.response_complete:

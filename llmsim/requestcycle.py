@@ -16,14 +16,14 @@ class Cycle(RequestResponseCycle):
     """uvicorn's request cycle, made without keyword arguments, whose `receive` hands over a
     body that has all arrived without waiting for the event that says so."""
 
-    def __init__(self, scope, transport, flow, default_headers, expect_100_continue: bool,
-                 keep_alive: bool, on_response: Callable[[], None]):
+    def __init__(self, scope, transport, flow, default_headers, access_log: bool,
+                 expect_100_continue: bool, keep_alive: bool, on_response: Callable[[], None]):
         self.scope = scope
         self.transport = transport
         self.flow = flow
         self.logger = LOGGER
         self.access_logger = ACCESS_LOGGER
-        self.access_log = False
+        self.access_log = access_log
         self.default_headers = default_headers
         self.message_event = asyncio.Event()
         self.on_response = on_response
@@ -51,7 +51,7 @@ class Cycle(RequestResponseCycle):
 
 
 LOGGER = logging.getLogger("uvicorn.error")
-ACCESS_LOGGER = logging.getLogger("uvicorn.access")     # llmsim serve writes no access log here
+ACCESS_LOGGER = logging.getLogger("uvicorn.access")
 METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
 _TARGETS: dict[bytes, tuple[str, bytes, bytes]] = {}
 MAX_TARGETS = 1024
