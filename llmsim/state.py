@@ -124,8 +124,9 @@ class ResponseState:
     def input_items(self, body: dict, rng) -> list[dict]:
         """The request's own input items as kept: as sent, each with an id."""
         raw = body.get("input")
-        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else (raw or [])
-        return [item if item.get("id") else {**item, "id": new_item_id(item, rng)} for item in items]
+        if isinstance(raw, str):        # a user message, as the list form would give it
+            return [{"role": "user", "content": raw, "id": ids.make(ITEM_PREFIXES["message"], rng)}]
+        return [item if item.get("id") else {**item, "id": new_item_id(item, rng)} for item in raw or ()]
 
     def item(self, item: dict, rng) -> dict:
         """An item as a conversation keeps it: in its API shape, with an id."""

@@ -40,5 +40,6 @@ class ResponsesHandlers:
         content = self.template.body_json(plan=plan, req=body)
         if wants_store(body):                               # the store keeps these bytes
             await sim.state.save(body, prior, own, content, plan=plan)
-            await sim.state.conclude(body, prior, own, content)
+            if prior.conversation:                          # its items join the conversation
+                await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
