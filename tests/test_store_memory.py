@@ -115,3 +115,22 @@ async def test_what_a_reader_changes_is_not_stored():
     (await store.get_item("conv_1", "msg_1"))["id"] = "changed"
     assert (await store.get_response("resp_1")).status == "completed"
     assert await store.conversation_items("conv_1") == [{"id": "msg_1", "content": "kept"}]
+
+
+async def test_a_stored_response_holds_about_its_own_size_not_the_serialiser_buffer():
+    import orjson
+    import tracemalloc
+    store = MemoryStore(Bounds(1000, None))
+    answer = {"id": "resp_x", "status": "completed", "output": [{"text": "x" * 1300}]}
+    records = [StoredResponse(f"resp_{n}", None, [], response_json=orjson.dumps(answer),
+                              status="completed") for n in range(200)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for one in records:
+            await store.put_response(one)
+        del records, one
+        held = (tracemalloc.get_traced_memory()[0] - before) / 200
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * len(orjson.dumps(answer))      # orjson's own buffer is ~8 KB
