@@ -176,3 +176,9 @@ def test_integer_beyond_64_bits_is_read_as_an_integer(server):
     assert error["param"] == "max_output_tokens"
     assert "float" not in error["message"]
     assert "1000000000000000000000000000000" in error["message"]  # read exactly, not as 1e+30
+
+
+def test_integer_below_minus_2_to_the_63_is_read_as_an_integer(server):
+    error = bad_request(server, {"model": "gpt-4o", "input": "hi", "max_output_tokens": -9999999999999999999})
+    assert error["param"] == "max_output_tokens"
+    assert "-9999999999999999999" in error["message"]       # 19 digits, not -1e+19
