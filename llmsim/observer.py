@@ -19,6 +19,7 @@ import time
 
 from llmsim import ids
 from llmsim.collector import Collector
+from llmsim.jsonbytes import decimal
 from llmsim.pacer import PACERS
 from llmsim.requestlog import AccessLog, Trace
 from llmsim.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
@@ -39,8 +40,18 @@ def endpoint_of(path: str) -> str:
     return "other"
 
 
+_MS: dict[float, bytes] = {}
+MAX_MS = 1024           # distinct durations remembered (a profile with no spread has a few)
+
+
 def _ms(seconds: float) -> bytes:
-    return b"%.3f" % (seconds * 1000.0)
+    """`seconds` in milliseconds to the microsecond, e.g. b"200.000"."""
+    found = _MS.get(seconds)
+    if found is None:
+        found = b"%.3f" % (seconds * 1000.0)
+        if len(_MS) < MAX_MS:
+            _MS[seconds] = found
+    return found
 
 
 class Observer:
@@ -100,12 +111,12 @@ class Observer:
         """The response starts with `status`: the headers the observer adds to it."""
         ex.status = status
         added = [(REQUEST_ID, ex.id.encode("latin-1")),
-                 (PROCESSING_MS, b"%d" % int((time.perf_counter() - ex.start) * 1000))]
+                 (PROCESSING_MS, decimal(int((time.perf_counter() - ex.start) * 1000)))]
         plan = ex.plan
         if plan is not None:
             added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
                       (b"x-llmsim-duration-ms", _ms(plan.end_at)),
-                      (b"x-llmsim-tokens", b"%d" % output_tokens(plan.usage)[0]))
+                      (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
         return added
 
     def end(self, ex: Exchange) -> None:

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from llmsim.clock import Clock
 from llmsim.connection import chunk_writer, watch_disconnect
-from llmsim.jsonbytes import dumps
+from llmsim.jsonbytes import decimal, dumps
 from llmsim.pacer import PACERS, PacedStream, send_now
 from llmsim.templates import Event
 
@@ -39,7 +39,7 @@ class JSONBytes(Response):
 
     def __init__(self, content: bytes):  # noqa: super (sets what it would)
         self.status_code, self.background, self.body = 200, None, content
-        self.raw_headers = [(b"content-length", str(len(content)).encode()), _JSON_TYPE]
+        self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
 
 
 _HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start

@@ -62,6 +62,15 @@ async def test_a_json_answer_leaves_whole_in_one_write_with_the_observers_header
     assert headers[b"x-llmsim-tokens"] == b"5"
 
 
+async def test_a_long_answer_says_its_length_and_token_count_exactly():
+    protocol, transport = connect()
+    raw = await answered(protocol, transport, request(body=orjson.dumps(
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "n": 40})))
+    status, headers, body = parts(raw)
+    assert len(body) > 5000 and int(headers[b"content-length"]) == len(body)
+    assert headers[b"x-llmsim-tokens"] == b"200"           # 5 tokens in each of 40 choices
+
+
 async def test_the_connection_serves_the_next_request_after_a_json_answer():
     protocol, transport = connect()
     first = parts(await answered(protocol, transport, request()))
