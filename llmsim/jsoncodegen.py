@@ -15,7 +15,9 @@ becomes (roughly)
 Constant sub-trees are serialised once; what one render gives one value is computed once per
 render (the `_m` memo), and what an event inside a stream's loop reads of an outer loop once
 per run of that loop (the `_lm` memo: a Responses delta's `item_id` and `output_index`, once
-per output item); expressions are inlined (dotted names as item/attribute
+per output item), and an object events call with the same constant `$with` values, reading
+nothing an event binds, once per render (a Responses stream's first two responses);
+expressions are inlined (dotted names as item/attribute
 look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
 can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
 writes the default as constant JSON when the field is absent. An `$object` with a fixed
@@ -37,11 +39,12 @@ import re
 from typing import Any, Callable, NamedTuple
 
 import orjson
+from jinja2 import meta
 
 from llmsim import pyexpr
 from llmsim.jsonbytes import dumps
 from llmsim.jsonvaluegen import ValueCodegen, echoed_with_default, static
-from llmsim.template_syntax import LOOP, ONE_NAME, node_kind
+from llmsim.template_syntax import LOOP, ONE_NAME, free_names, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
 
@@ -126,6 +129,11 @@ class JsonCodegen:
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
         self._loop_fixed: frozenset[str] = frozenset()  # ... but these, per step loop (`writer`)
         self._memo = True                         # memoise what can be (`writer`'s `once`)
+        # variables whose value may change between the events of one render (loops'), and
+        # whether an object's own writer is being generated (its context may hold any `$with`)
+        self.varying: set[str] = {"seq"}
+        self._in_object = False
+        self._call_keys: dict[tuple, int] = {}    # (object, its constant `$with`) -> memo key
         self._local_loops: list[str] = []         # variables of the `$for`s being generated
         # while an object is inlined: its `$with` variables -> (the local holding the value,
         # whether it holds the value's JSON bytes rather than the value)
@@ -143,15 +151,16 @@ class JsonCodegen:
         while that loop runs (llmsim.stepcodegen gives each run of a loop a new `_lm` memo).
         `once`: the value is written once per render (a template's `body`), so nothing of it
         is memoised (a memo costs a look-up and a store per entry, and saves nothing)."""
-        outer = self._loop_fixed, self._memo
+        outer = self._loop_fixed, self._memo, self._in_object
         self._loop_fixed, self._memo = frozenset(loop_fixed), not once
+        self._in_object = name is not None
         try:
             if once and not static(node):       # built as one value, serialised once
                 gen, names = self._scoped(node, where, values=True)
             else:
                 gen, names = self._scoped(node, where)
         finally:
-            self._loop_fixed, self._memo = outer
+            self._loop_fixed, self._memo, self._in_object = outer
         if gen.const is not None:
             data = gen.const
             fast = lambda ctx: data         # noqa: E731
@@ -428,7 +437,38 @@ class JsonCodegen:
                               for k, v in extra.items())
             ctx = f"{{**ctx, {items}}}"
         omittable = not fixed or self._object_may_omit(name, set())
-        return Gen(f"{self._object_function(name, fixed, where)}({ctx})", omittable=omittable)
+        code = f"{self._object_function(name, fixed, where)}({ctx})"
+        key = self._call_key(name, extra) if fixed else None
+        if key is not None:
+            code = f"(_m[{key}] if {key} in _m else _m.setdefault({key}, {code}))"
+        return Gen(code, omittable=omittable)
+
+    def _call_key(self, name: str, extra: dict) -> int | None:
+        """The render memo key of a call of the object `name` in an event whose value is the
+        same wherever it is made in one render: its `$with` values are constants, and
+        neither it nor what it embeds reads a variable that changes between events (a
+        Responses stream's `created` and `in_progress` carry the same response: written
+        once). None when it may differ, or the context may hold more than the render's
+        variables and the event's loops' (in an object's own writer)."""
+        if not self._memo or self._in_object or not all(
+                v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and "{" not in v)
+                for v in extra.values()):
+            return None
+        try:
+            free = free_names({"$object": name, "$with": extra}, self.raw_objects, self._reads_of)
+        except Exception:       # an expression jinja cannot parse: its own writer says so
+            return None
+        if free is None or free & self.varying:
+            return None
+        call = (name, *sorted((k, type(v).__name__, v) for k, v in extra.items()))
+        key = self._call_keys.get(call)
+        if key is None:
+            key = self._call_keys[call] = next(self._memo_ids)
+        return key
+
+    def _reads_of(self, text: str) -> set[str]:
+        env = self.compiler.env
+        return set(meta.find_undeclared_variables(env.parse(text)))
 
     def _object_function(self, name: Any, fixed: bool, where: str) -> str:
         """Code giving the writer of the object `name` (an expression unless `fixed`). For

@@ -320,6 +320,7 @@ class TemplateSet:
                    for obj in (doc.get("objects") or {})}
         compiler = Compiler(self.objects, {obj: value for obj, (_, value) in pending.items()})
         compiler.codegen.bound |= set().union(*(bound_names(doc) for _, doc in raw.values()))
+        compiler.codegen.varying |= set().union(*(bound_names(doc, with_keys=False) for _, doc in raw.values()))
         for obj, (path, value) in pending.items():       # each checked on its own first,
             self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
             compiler.json.objects[obj] = compiler.json.value(value, f"{path}: objects.{obj}")

@@ -187,6 +187,85 @@ stream:
     assert [e.json for e in events] == [dumps(e.data) for e in events]
 
 
+class Counted:
+    """A render variable counting how often its `n` is read."""
+    def __init__(self):
+        self.reads = 0
+
+    @property
+    def n(self):
+        self.reads += 1
+        return self.reads
+
+
+LOOPING_OBJECT = """
+objects:
+  head:
+    tag: "{{ tag }}"
+    n: "{{ src.n }}"
+    seen: {$for: "v in vs", $do: "{{ v }}"}
+"""
+
+
+def test_an_object_events_call_with_constants_is_written_with_each_calls_and_each_renders_values(compile_one):
+    t = compile_one(LOOPING_OBJECT + """
+stream:
+  - event: first
+    data: {type: first, head: {$object: head, $with: {tag: t}}}
+  - event: second
+    data: {type: second, head: {$object: head, $with: {tag: t}}}
+  - event: other
+    data: {type: other, head: {$object: head, $with: {tag: u}}}
+""")
+    src = Counted()
+    written = [orjson.loads(e.json) for e in t.events(src=src, vs=[1, 2])]
+    assert [w["head"] for w in written] == [{"tag": "t", "n": 1, "seen": [1, 2]},
+                                           {"tag": "t", "n": 1, "seen": [1, 2]},
+                                           {"tag": "u", "n": 1, "seen": [1, 2]}]
+    again = [orjson.loads(e.json)["head"] for e in t.events(src=src, vs=[3])]
+    assert again[0] == again[1] == {"tag": "t", "n": 2, "seen": [3]}   # a new render: anew
+
+
+def test_an_object_reading_a_loop_variable_is_written_anew_in_each_event(compile_one):
+    t = compile_one(LOOPING_OBJECT.replace('tag: "{{ tag }}"', 'tag: "{{ tag }}-{{ x }}"') + """
+stream:
+  - for: "x in xs"
+    steps:
+      - event: e
+        data: {head: {$object: head, $with: {tag: t}}}
+""")
+    events = list(t.events(src=Counted(), vs=[], xs=["a", "b"]))
+    assert [orjson.loads(e.json)["head"]["tag"] for e in events] == ["t-a", "t-b"]
+    assert [e.json for e in events] == [dumps(e.data) for e in events]
+
+
+def test_an_object_reading_the_sequence_number_is_written_anew_in_each_event(compile_one):
+    t = compile_one(LOOPING_OBJECT.replace('tag: "{{ tag }}"', 'tag: "{{ seq }}"') + """
+stream:
+  - event: first
+    data: {head: {$object: head, $with: {tag: t}}}
+  - event: second
+    data: {head: {$object: head, $with: {tag: t}}}
+""")
+    events = list(t.events(src=Counted(), vs=[]))
+    assert [orjson.loads(e.json)["head"]["tag"] for e in events] == [0, 1]
+
+
+def test_an_object_called_inside_another_sees_what_each_call_of_the_outer_one_binds(compile_one):
+    t = compile_one("""
+objects:
+  inner: {tag: "{{ tag }}", seen: {$for: "v in vs", $do: "{{ v }}"}}
+  outer: {inner: {$object: inner, $with: {k: 1}}, seen: {$for: "v in vs", $do: "{{ v }}"}}
+stream:
+  - event: a
+    data: {$object: outer, $with: {tag: a}}
+  - event: b
+    data: {$object: outer, $with: {tag: b}}
+""")
+    events = list(t.events(vs=[1]))
+    assert [orjson.loads(e.json)["inner"]["tag"] for e in events] == ["a", "b"]
+
+
 def test_an_echoed_request_field_writes_its_default_only_when_the_field_is_absent_or_null(compile_one):
     t = compile_one("""
 body:
