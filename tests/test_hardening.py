@@ -67,6 +67,23 @@ async def test_malformed_requests_get_a_json_error_naming_the_problem(app_client
         assert error["error"]["param"] == param
 
 
+async def test_a_body_one_operation_accepted_is_checked_again_by_another(app_client):
+    async with app_client() as client:
+        accepted = await client.post("/v1/responses", content=body(), headers=JSON)
+        refused = await client.post("/v1/chat/completions", content=body(), headers=JSON)
+    assert accepted.status_code == 200, accepted.text
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "messages"
+
+
+async def test_a_refused_body_is_refused_each_time_it_is_sent(app_client):
+    async with app_client() as client:
+        answers = [await client.post("/v1/responses", content=body(temperature=2.5), headers=JSON)
+                   for _ in range(2)]
+    assert [a.status_code for a in answers] == [400, 400]
+    assert [a.json()["error"]["param"] for a in answers] == ["temperature", "temperature"]
+
+
 async def test_missing_content_type_is_read_as_json(app_client):
     async with app_client() as client:
         response = await client.post("/v1/responses", content=body(), headers={"content-type": ""})
