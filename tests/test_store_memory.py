@@ -134,3 +134,10 @@ async def test_a_stored_response_holds_about_its_own_size_not_the_serialiser_buf
     finally:
         tracemalloc.stop()
     assert held < 2 * len(orjson.dumps(answer))      # orjson's own buffer is ~8 KB
+
+
+async def test_a_reader_changing_the_input_items_it_read_changes_nothing_kept():
+    store = MemoryStore(Bounds(10, None))
+    await store.put_response(record(1))
+    (await store.get_response("resp_1")).input_items[0]["content"] = "changed"
+    assert (await store.get_response("resp_1")).input_items == [{"id": "msg_1", "role": "user", "content": "hi"}]

@@ -6,7 +6,8 @@ call runs to completion without awaiting, so each is atomic and its write is vis
 next call at once, as the store interface asks.
 
 Entries hold what the other backends hold: serialized JSON and LZ4-packed SSE frames (a
-reader gets its own copy), except for a streamed response no fault cut, of a small request
+reader gets its own copy), except for a response's input items, held as given (the state
+code never changes them after) and copied for each reader, and for a streamed response no fault cut, of a small request
 (a deferred record, llmsim.state.Replay): its entry keeps what renders its frames and its
 JSON again (template and plan), rendered only if it is read; its JSON then stays. The dicts
 are in order of creation, so the oldest entry is the first: eviction beyond `max_entries`
@@ -43,7 +44,7 @@ def _owned(data: bytes) -> bytes:
 class _Response:
     __slots__ = ("expires", "status", "response", "meta", "events", "chunks")
 
-    def __init__(self, expires: float, status: str, response: bytes, meta: bytes, events: int,
+    def __init__(self, expires: float, status: str, response: bytes, meta: tuple, events: int,
                  chunks: list[tuple[int, int, bytes]]):
         self.expires, self.status, self.response, self.meta = expires, status, response, meta
         self.events = events
@@ -101,10 +102,14 @@ class MemoryStore:
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         response = record.render if record.deferred else _owned(record.response_json())
-        render_frames = getattr(frames, "render", None)     # frames not rendered yet stay so
-        chunks = [(0, len(frames), render_frames or pack(frames))] if frames else []
-        entry = _Response(self.bounds.expires(time.time()), record.status, response,
-                          _owned(record.meta_json()), len(frames), chunks)
+        if frames:      # frames not rendered yet stay so
+            chunks = [(0, len(frames), getattr(frames, "render", None) or pack(frames))]
+        else:
+            chunks = []
+        # its input items as they are: a reader gets a copy (`get_response`)
+        meta = (record.input_items, record.background, record.conversation)
+        entry = _Response(self.bounds.expires(time.time()), record.status, response, meta,
+                          len(frames), chunks)
         self._created(self._responses, record.id, entry)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
@@ -113,7 +118,9 @@ class MemoryStore:
             return None
         if entry.response.__class__ is not bytes:       # rendered once, when first read
             entry.response = _owned(entry.response())
-        return StoredResponse.from_json(response_id, entry.response, entry.meta, entry.events, entry.status)
+        items, background, conversation = entry.meta
+        return StoredResponse(response_id, None, orjson.loads(dumps(items)), background, conversation,
+                              entry.events, response_json=entry.response, status=entry.status)
 
     async def delete_response(self, response_id: str) -> bool:
         return self._delete(self._responses, response_id)
