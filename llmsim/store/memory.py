@@ -7,9 +7,10 @@ next call at once, as the store interface asks.
 
 Entries hold what the other backends hold: serialized JSON and LZ4-packed SSE frames (a
 reader gets its own copy), except for a response's input items, held as given (the state
-code never changes them after) and copied for each reader, and for a streamed response no fault cut, of a small request
-(a deferred record, llmsim.state.Replay): its entry keeps what renders its frames and its
-JSON again (template and plan), rendered only if it is read; its JSON then stays. The dicts
+code never changes them after) and copied for each reader, and for a streamed response no
+fault cut, of a small request (a deferred record, llmsim.state.Replay): its entry keeps what
+renders its frames and its JSON again (template and plan), rendered only if it is read; its
+JSON then stays. The dicts
 are in order of creation, so the oldest entry is the first: eviction beyond `max_entries`
 pops from the front (an `OrderedDict`: a plain dict steps over every slot freed at its
 front, ~4 µs a pop), and every `SWEEP_EVERY` writes the `SWEEP_EVERY` oldest entries of
