@@ -113,7 +113,11 @@ class Plan:
 
     @property
     def output_text(self) -> str:
-        return "".join(item.text for item in self.output if item.kind == "message")
+        output = self.output
+        if len(output) == 1:        # most answers: one message (no generator to run)
+            item = output[0]
+            return item.text if item.kind == "message" else ""
+        return "".join([item.text for item in output if item.kind == "message"])
 
     @property
     def completed_at(self) -> int:
