@@ -95,7 +95,9 @@ class ChatPlan:
     @property
     def throughput_after_first_token(self) -> float | None:
         """Simulated tokens per second after the first one (None when all came at once)."""
-        later = sum(c.visible_tokens for c in self.choices) - 1
+        choices = self.choices
+        later = (choices[0].visible_tokens if len(choices) == 1       # (no generator to run)
+                 else sum([c.visible_tokens for c in choices])) - 1
         span = self.end_at - self.first_token_at
         return round(later / span, 3) if later > 0 and span > 0 else None
 
