@@ -641,23 +641,15 @@ class JsonCodegen:
         finally:
             self._reads = outer_reads
             self._local_loops.pop()
-        bind, source = self.iterable(source)
+        # the source held in a local (a comprehension may not iterate over an expression
+        # holding `:=`), and an empty list (most requests' tools) written without running one
+        held = f"_s{next(self._ids)}"
         if body.const is not None:
-            return Gen(f'({bind}b"[" + b",".join([{body.code} for _ in {source}]) + b"]")[-1]'
-                       if bind else f'b"[" + b",".join([{body.code} for _ in {source}]) + b"]"')
-        item = self._define(body.code, names)
-        name = self._callable(item)
-        code = f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {source}]) + b"]"'
-        return Gen(f"({bind}{code})[-1]" if bind else code)
-
-    def iterable(self, source: str) -> tuple[str, str]:
-        """A comprehension may not iterate over an expression holding `:=` (a dotted name three
-        deep reads its middle once that way): such a source is bound to a local first. The
-        binding, to put before the comprehension in a tuple ("" when none), and the iterable."""
-        if ":=" not in source:
-            return "", source
-        local = f"_s{next(self._ids)}"
-        return f"({local} := {source}), ", local
+            code = f'b"[" + b",".join([{body.code} for _ in {held}]) + b"]"'
+        else:
+            name = self._callable(self._define(body.code, names))
+            code = f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {held}]) + b"]"'
+        return Gen(f'(b"[]" if ({held} := {source}).__class__ is list and not {held} else {code})')
 
     def _if(self, node: dict, where: str) -> Gen:
         test = self.value_code(node["$if"], f"{where}.$if")

@@ -198,13 +198,14 @@ class ValueCodegen:
             body = self.gen(node.get("$do"), f"{where}.$do")
         finally:
             cg._subst = outer
-        bind, source = cg.iterable(source)
+        # an empty list (most requests' tools) is written without running a comprehension
+        held = self._local()
         if body.omittable:
             v = self._local()
-            code = f"[{v} for {item} in {source} if ({v} := {body.code}) is not OMIT]"
+            code = f"[{v} for {item} in {held} if ({v} := {body.code}) is not OMIT]"
         else:
-            code = f"[{body.code} for {item} in {source}]"
-        return Value(f"({bind}{code})[-1]" if bind else code)
+            code = f"[{body.code} for {item} in {held}]"
+        return Value(f"([] if ({held} := {source}).__class__ is list and not {held} else {code})")
 
     def _object(self, node: dict, where: str) -> Value:
         """The object's value in place, each `$with` value computed first into a local (as

@@ -266,6 +266,18 @@ stream:
     assert [orjson.loads(e.json)["inner"]["tag"] for e in events] == ["a", "b"]
 
 
+@pytest.mark.parametrize("empty", [[], (), {}, iter(())], ids=["list", "tuple", "dict", "iterator"])
+def test_a_loop_over_an_empty_source_writes_an_empty_list_in_bodies_and_events(compile_one, empty):
+    t = compile_one("""
+body: {xs: {$for: "x in src", $do: {x: "{{ x }}"}}, n: 1}
+stream:
+  - event: e
+    data: {xs: {$for: "x in src", $do: {x: "{{ x }}"}}, ys: {$for: "y in src", $do: 1}}
+""")
+    assert orjson.loads(t.body_json(src=empty)) == {"xs": [], "n": 1}
+    assert [orjson.loads(e.json) for e in t.events(src=[])] == [{"xs": [], "ys": []}]
+
+
 def test_an_echoed_request_field_writes_its_default_only_when_the_field_is_absent_or_null(compile_one):
     t = compile_one("""
 body:
