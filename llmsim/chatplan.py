@@ -133,16 +133,21 @@ def check_messages(messages: list[dict]) -> None:
 def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     messages = body["messages"]
     check_messages(messages)
+    # Checks whose answer is known at once are not called, as in llmsim.plan.plan_response.
+    model = ctx.model
     turns = inputs.chat_turns(messages)
-    inputs.check_vision(turns, ctx.model)
-    prompt_tokens = inputs.count(turns, ctx.model.encoding)
+    if not model.vision:
+        inputs.check_vision(turns, model)
+    prompt_tokens = inputs.count(turns, model.encoding)
     param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     cap = body.get(param)
-    check_context(ctx, prompt_tokens, cap, param)
-    effort = ctx.rules.effort(ctx.model, body.get("reasoning_effort"), "reasoning_effort")
-    tool_req = toolcalls.chat_request(body)
+    if prompt_tokens > model.context_window or cap is not None:
+        check_context(ctx, prompt_tokens, cap, param)
+    effort = ctx.rules.effort(model, body.get("reasoning_effort"), "reasoning_effort") if model.reasons else None
+    tools = body.get("tools") or body.get("tool_choice") is not None
+    tool_req = toolcalls.chat_request(body) if tools else None
     last_role = turns[-1].role if turns else None
-    stops = _stops(body.get("stop"))
+    stops = _stops(stop) if (stop := body.get("stop")) else []
     choices = []
     first_token = None
     visible = reasoning = 0
@@ -150,7 +155,8 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
         choice, sched = _choice(index, body, ctx, turns, cap, effort, tool_req, last_role, stops)
         if first_token is None:
             first_token = sched.first_token
-        _shift(choice, first_token - sched.first_token)
+        elif first_token != sched.first_token:
+            _shift(choice, first_token - sched.first_token)
         visible += choice.visible_tokens
         reasoning += choice.reasoning_tokens
         choices.append(choice)
@@ -167,17 +173,20 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
 
 
 def _choice(index: int, body: dict, ctx: Context, turns: list, cap: int | None, effort: str | None,
-            tool_req: toolcalls.ToolRequest, last_role: str | None, stops: list[str]):
-    """One choice and its schedule: text or calls first, then the reasoning that led to it."""
+            tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str]):
+    """One choice and its schedule: text or calls first, then the reasoning that led to it.
+    `tool_req` None: the request names no tools."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
-    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role)
+    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req else None
     if names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = _stop(visible_text(ctx, turns, None), stops, enc)
+        text = visible_text(ctx, turns, None)
+        if stops:
+            text = _stop(text, stops, enc)
         wanted = text.tokens
-    reasoning = ctx.rules.tokens(effort, wanted)
+    reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
     room = cap
     if cap is not None and s.usage_semantics == "openai":   # reasoning spends the budget first
         reasoning = min(reasoning, cap)

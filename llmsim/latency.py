@@ -64,11 +64,11 @@ class Schedule:
 
 
 def schedule(profile: Profile, rng: random.Random, reasoning_tokens: int, visible_tokens: int) -> Schedule:
-    first = profile.ttft.sample(rng)
-    reasoning_end = first + profile.tbt.sample_sum(reasoning_tokens, rng)
+    ttft, tbt = profile.ttft, profile.tbt         # draws with no spread made in place
+    first = ttft.sample(rng) if ttft.sd else ttft.mean / 1000.0
+    reasoning_end = first + tbt.sample_sum(reasoning_tokens, rng) if reasoning_tokens > 0 else first
     if visible_tokens <= 0:
         return Schedule(first, reasoning_end, (), reasoning_end)
-    tbt = profile.tbt
     if tbt.sd:
         times = array("d", itertools.accumulate((tbt.sample(rng) for _ in range(visible_tokens - 1)),
                                                 initial=reasoning_end))      # 8 bytes a time

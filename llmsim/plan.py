@@ -170,26 +170,32 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     `history` is the conversation a `previous_response_id` continues (it counts as input);
     `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
     """
-    rng, rules = ctx.rng, ctx.rules
+    # Checks whose answer is known at once are not called (a call is ~1k instructions, and
+    # most requests pass them all): images for a vision model, the context window, effort
+    # for a model that does not reason, tools for a request naming none.
+    rng, rules, model = ctx.rng, ctx.rules, ctx.model
     turns = [*(history or ()), *inputs.responses_turns(body)]
-    inputs.check_vision(turns, ctx.model)
-    input_tokens = inputs.count(turns, ctx.model.encoding)
+    if not model.vision:
+        inputs.check_vision(turns, model)
+    input_tokens = inputs.count(turns, model.encoding)
     cap = body.get("max_output_tokens")
-    check_context(ctx, input_tokens, cap, "max_output_tokens")
+    if input_tokens > model.context_window or cap is not None:
+        check_context(ctx, input_tokens, cap, "max_output_tokens")
     reasoning_req = body.get("reasoning") or {}
-    effort = rules.effort(ctx.model, reasoning_req.get("effort"), "reasoning.effort")
-    tool_req = toolcalls.responses_request(body)
+    effort = rules.effort(model, reasoning_req.get("effort"), "reasoning.effort") if model.reasons else None
+    tools = body.get("tools") or body.get("tool_choice") is not None
+    tool_req = toolcalls.responses_request(body) if tools else None
     if not generate:
         usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
         return Plan(ids.make("resp_", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
     names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
-                             turns[-1].role if turns else None)
+                             turns[-1].role if turns else None) if tools else None
     if names:
-        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, ctx.model.encoding),
+        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding),
                            input_tokens, cap, effort)
     text = visible_text(ctx, turns, cap)
-    reasoning_tokens = rules.tokens(effort, text.tokens)
+    reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
     response_id = ids.make("resp_", rng)
     output: list[Any] = []
