@@ -122,7 +122,7 @@ class JsonCodegen:
         self._ids = itertools.count()
         self.namespace = {"_d": orjson.dumps, "_F": orjson.Fragment, "_commas": _commas, "_fast": self.fast,
                           "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
-                          **pyexpr.TEST_FUNCTIONS, **compiler.env.globals}
+                          **pyexpr.TEST_FUNCTIONS, **pyexpr.INLINE_GLOBALS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
         self._reads: list = []                    # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
@@ -251,7 +251,7 @@ class JsonCodegen:
         if required := sorted(names - optional):
             lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in required),
                       "    except KeyError:", *(f"        _n_{var} = _name(ctx, {var!r})" for var in required)]
-        lines.append(f"    return {code}")
+        lines.append(f"    return {pyexpr.inline_given(code)}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
         return self.namespace[name]

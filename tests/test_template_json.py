@@ -278,6 +278,22 @@ stream:
     assert [orjson.loads(e.json) for e in t.events(src=[])] == [{"xs": [], "ys": []}]
 
 
+def test_given_writes_its_default_for_a_missing_or_null_value_and_keeps_any_other(compile_one):
+    t = compile_one("""
+body:
+  missing: "{{ given(nothing, 'd') }}"
+  value: "{{ given(v, 'd') }}"
+  user: "{{ given(req.get('user'), omit) }}"
+  rows: {$for: "r in given(req.get('rows'), [])", $do: "{{ r }}"}
+""")
+    for v, req in ((None, {}), (0, {"user": "u", "rows": [1]}), ("", {"user": None, "rows": None})):
+        written = t.body_json(v=v, req=req)
+        assert written == dumps(t.body(v=v, req=req))
+    assert orjson.loads(t.body_json(v=0, req={"user": "u", "rows": [1]})) == \
+        {"missing": "d", "value": 0, "user": "u", "rows": [1]}
+    assert orjson.loads(t.body_json(v=None, req={})) == {"missing": "d", "value": "d", "rows": []}
+
+
 def test_an_echoed_request_field_writes_its_default_only_when_the_field_is_absent_or_null(compile_one):
     t = compile_one("""
 body:
