@@ -16,7 +16,9 @@ class ChatHandlers:
         sim = self.sim
         start = sim.clock.began(received_at())
         fault = await sim.faults.begin("chat", body, request_headers())
-        plan = fault.shape(chatplan.plan_chat(body, sim.context(body["model"])))
+        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        if fault:                       # (a request with no fault calls none of it)
+            plan = fault.shape(plan)
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
             events = fault.stream(self.template.events(plan=plan, req=body))

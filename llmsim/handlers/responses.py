@@ -19,8 +19,11 @@ class ResponsesHandlers:
         fault = await sim.faults.begin("responses", body, request_headers())
         prior = await sim.state.prior(body)      # previous_response_id / conversation history
         ctx = sim.context(body["model"])
-        plan = fault.shape(planning.plan_response(body, ctx, prior.turns))
-        own = sim.state.input_items(body, ctx.rng) if wants_store(body) else []
+        plan = planning.plan_response(body, ctx, prior.turns)
+        if fault:                       # (a request with no fault calls none of it)
+            plan = fault.shape(plan)
+        store = wants_store(body)
+        own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
         if body.get("background"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
@@ -31,14 +34,14 @@ class ResponsesHandlers:
             events = fault.stream(rendered, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             chunks = transport.Paced(events, start, sim.clock, keepalive, sim.stats.lateness)
-            if wants_store(body):       # a stream no fault cut can be rendered again when read
+            if store:                   # a stream no fault cut can be rendered again when read
                 replay = Replay(self.template, plan, body) if events is rendered else None
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.sse_response(chunks)
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
-        if wants_store(body):                               # the store keeps these bytes
+        if store:                                           # the store keeps these bytes
             await sim.state.save(body, prior, own, content, plan=plan)
             if prior.conversation:                          # its items join the conversation
                 await sim.state.conclude(body, prior, own, content)
