@@ -99,8 +99,8 @@ class Observer:
         """The request (`headers`: its headers as a dict) has arrived: its exchange, current
         until `end`."""
         PACERS.catch_up()
-        ex = Exchange(self.request_id(headers), "http", scope["method"], path, self.endpoint(path),
-                      self.stats)
+        ex = Exchange(self.request_id(headers), "http", scope["method"], path,
+                      self._endpoints.get(path) or self.endpoint(path), self.stats)
         ex.token = CURRENT.set(ex)
         self.in_flight += 1
         if self.counting:
