@@ -102,15 +102,20 @@ class MemoryStore:
 
     # ---- responses -------------------------------------------------------------------
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
-        response = record.render if record.deferred else _owned(record.response_json())
+        written = record._json       # the JSON a handler wrote (most answers): no property read
+        if written is not None:
+            response = b"%b" % written      # `_owned`, in place
+        else:
+            response = record.render if record.deferred else _owned(record.response_json())
         if frames:      # frames not rendered yet stay so
             chunks = [(0, len(frames), getattr(frames, "render", None) or pack(frames))]
         else:
             chunks = []
         # its input items as they are: a reader gets a copy (`get_response`)
         meta = (record.input_items, record.background, record.conversation)
-        entry = _Response(self.bounds.expires(time.time()), record.status, response, meta,
-                          len(frames), chunks)
+        status = record._status
+        entry = _Response(self.bounds.expires(time.time()), record.status if status is None else status,
+                          response, meta, len(frames), chunks)
         self._created(self._responses, record.id, entry)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
