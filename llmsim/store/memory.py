@@ -10,12 +10,11 @@ reader gets its own copy), except for a response's input items, held as given (t
 code never changes them after) and copied for each reader, and for a streamed response no
 fault cut, of a small request (a deferred record, llmsim.state.Replay): its entry keeps what
 renders its frames and its JSON again (template and plan), rendered only if it is read; its
-JSON then stays. The dicts
-are in order of creation, so the oldest entry is the first: eviction beyond `max_entries`
-pops from the front (an `OrderedDict`: a plain dict steps over every slot freed at its
-front, ~4 µs a pop), and every `SWEEP_EVERY` writes the `SWEEP_EVERY` oldest entries of
-each kind are looked at and the expired ones dropped (expired entries already read as
-missing).
+JSON then stays. The dicts are in order of creation, so the oldest entry is the first:
+eviction beyond `max_entries` pops from the front (an `OrderedDict`: a plain dict steps over
+every slot freed at its front, ~4 µs a pop), and every `SWEEP_EVERY` writes the
+`SWEEP_EVERY` oldest entries of each kind are looked at and the expired ones dropped
+(expired entries already read as missing).
 Keeping a 32-token Responses stream costs ~9 µs of CPU and ~3.7 KB here (~25 µs and
 ~5.2 KB when its bytes are kept), ~100 µs in the temp LMDB store.
 """
