@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, AsyncIterator, Iterator
 
-from llmsim import transport
+from llmsim import sse, transport
 from llmsim.store import ACTIVE
 from llmsim.templates import Event
 
@@ -83,7 +83,7 @@ class Jobs:
         """Store the queued response and run the rest of `events` in a task."""
         first = next(events)   # response.created, status queued
         snapshot = latest_response([first])
-        frame = transport.sse_frame(first)
+        frame = sse.frame(first)
         await self.state.save(body, prior, own, snapshot, [frame])
         job = Job(snapshot["id"], [frame])
         self.running[job.id] = job
@@ -95,7 +95,7 @@ class Jobs:
         store = self.state.store
         try:
             async for batch in transport.due_batches(events, start, self.sim.clock):
-                frames = [transport.sse_frame(event) for event in batch]
+                frames = [sse.frame(event) for event in batch]
                 snapshot = latest_response(batch)
                 if not await store.append_events(job.id, frames, snapshot, expect_events=len(job.frames)):
                     break     # cancelled, deleted or expired meanwhile

@@ -2,7 +2,7 @@
 
 `Injection.shape(plan)` cuts the answer for a content filter (Responses: `incomplete` with
 reason content_filter; Chat: finish_reason content_filter). `Injection.stream(events, **ctx)`
-passes the template's events through until k tokens have gone out, then sends the fault's
+(and `Injection.frames`, its SSE frames) passes the template's events through until k tokens have gone out, then sends the fault's
 tail from templates/faults.yaml instead of the rest (`response.failed`, an `error` event, a
 WebSocket error frame, or Chat's `data: {"error": ...}` + `[DONE]`), or raises
 `ConnectionDrop`. `NO_FAULT` hands everything back unchanged.
@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from llmsim import sse
 from llmsim.errors import ConnectionDrop
-from llmsim.templates import Event
+from llmsim.templates import Event, Template
 
 if TYPE_CHECKING:
     from llmsim.faults import Fault, FaultInjector
@@ -49,11 +50,22 @@ class Injection:
         cut(plan, self.after_tokens, self.injector.settings.usage_semantics)
         return plan
 
+    @property
+    def cuts_stream(self) -> bool:
+        """The stream ends early (every fault but none and a content filter's)."""
+        return self.fault is not None and self.fault.kind.effect != "content_filter"
+
     def stream(self, events: Iterable[Event], **ctx) -> Iterable[Event]:
         """The stream, ending after k tokens with the fault's tail (or a dropped connection)."""
-        if self.fault is None or self.fault.kind.effect == "content_filter":
+        if not self.cuts_stream:
             return events
         return self._cut(iter(events), ctx)
+
+    def frames(self, template: Template, **ctx) -> Iterator[tuple[float, bytes]]:
+        """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `stream` cuts it."""
+        if not self.cuts_stream:
+            return template.frames(**ctx)
+        return sse.framed(self._cut(iter(template.events(**ctx)), ctx))
 
     def _cut(self, events: Iterator[Event], ctx: dict) -> Iterator[Event]:
         limit, tokens, seq = self.after_tokens, 0, 0

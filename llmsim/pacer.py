@@ -60,21 +60,22 @@ class _Rest:
 
 
 class PacedStream:
-    """One stream: its events, when it began, how it writes; `done` resolves when it ends."""
+    """One stream: its items as (due time, item) pairs (an SSE frame, an event), when it
+    began, how it writes; `done` resolves when it ends."""
     __slots__ = ("events", "start", "write", "keepalive", "lateness", "clock", "context", "done",
                  "pending", "stepped", "first_wait", "keepalive_at", "closed")
 
     def __init__(self, events: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
-        self.events = events
+        self.events = events                # (due time, item) pairs
         self.start = start
-        self.write = write                  # a batch (list of events; [] = keep-alive) -> None or a wait
+        self.write = write                  # a batch (list of items; [] = keep-alive) -> None or a wait
         self.keepalive = keepalive          # seconds between comment lines during the first wait
         self.lateness = lateness
         self.clock = clock                  # llmsim.clock: how late a batch left is read on it
         self.context = contextvars.copy_context()
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.pending: Any = None            # the next event, not yet due
+        self.pending: Any = None            # the next (due time, item), not yet due
         self.stepped = False                # step() ran before
         self.first_wait = True              # no event has yet been written after waiting for it
         self.keepalive_at: float | None = None
@@ -93,17 +94,18 @@ class PacedStream:
         batch: list = []
         batch_due = due = None
         ending: BaseException | None = None         # the stream ends (None: the events ran out)
+        start, events = self.start, self.events
         try:
-            event = self.pending if self.pending is not None else next(self.events)
+            pair = self.pending if self.pending is not None else next(events)
             while True:
-                due = self.start + event.at
+                due = start + pair[0]
                 if due > now:
-                    self.pending = event
+                    self.pending = pair
                     break
                 if batch_due is None:
                     batch_due = due
-                batch.append(event)
-                event = next(self.events)
+                batch.append(pair[1])
+                pair = next(events)
         except StopIteration:
             self.pending = due = None
         except ConnectionDrop as drop:      # a drop still sends what was due before it

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from llmsim import ids, inputs, transport
+from llmsim import ids, inputs, sse, transport
 from llmsim.background import Jobs
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
 from llmsim.jsonbytes import dumps
@@ -218,7 +218,7 @@ class ResponseState:
                 raise InvalidRequestError(f"Cannot cancel a {record.status} response.", param="response_id")
             cancelled = self.render("cancelled_response", response=record.response)
             event = self.render("cancelled_event", response=cancelled, seq=record.events)
-            frame = transport.sse_frame(Event(event["type"], event, 0.0))
+            frame = sse.frame(Event(event["type"], event, 0.0))
             if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
                 self.jobs.interrupt(response_id)
                 return cancelled
@@ -256,7 +256,7 @@ class Replay:
         self.template, self.plan, self.req = template, plan, req
 
     def frames_blob(self) -> bytes:
-        return b"".join(map(transport.sse_frame, self.template.events(plan=self.plan, req=self.req)))
+        return b"".join([frame for _, frame in self.template.frames(plan=self.plan, req=self.req)])
 
     def response_json(self) -> bytes:
         snapshot = latest_snapshot(self.frames_blob())

@@ -251,8 +251,10 @@ class Compiler:
         other = self.value(node.get("$else", OMIT), f"{where}.$else")
         return lambda ctx: then(ctx) if test(ctx) else other(ctx)
 
-    def steps(self, steps: list, where: str) -> Callable[[dict, list], Iterator[Event]]:
-        """A stream's steps as one generated generator function (llmsim.stepcodegen)."""
+    def steps(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator[Event]],
+                                                     Callable[[dict, list], Iterator[tuple[float, bytes]]]]:
+        """A stream's steps as generated generator functions: of its events, and of their SSE
+        frames (llmsim.stepcodegen)."""
         return self.stepgen.generator(steps, where)
 
 
@@ -273,7 +275,7 @@ class Template:
         self.name = name
         self._body = body
         self._body_json = body_json
-        self._stream = stream
+        self._stream, self._frames = stream or (None, None)
 
     def body(self, **ctx) -> Any:
         if self._body is None:
@@ -293,6 +295,14 @@ class Template:
             raise ConfigError(f"template {self.name!r} has no stream")
         ctx["__memo"] = {}          # what one render computes once (llmsim.jsoncodegen)
         return self._stream(ctx, [0.0, 0])
+
+    def frames(self, **ctx) -> Iterator[tuple[float, bytes]]:
+        """The same stream as SSE: (due time, frame) per event, the frames those of
+        `llmsim.sse.framed(self.events(**ctx))`, made without an `Event` each."""
+        if self._frames is None:
+            raise ConfigError(f"template {self.name!r} has no stream")
+        ctx["__memo"] = {}
+        return self._frames(ctx, [0.0, 0])
 
 
 class TemplateSet:

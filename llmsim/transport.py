@@ -1,13 +1,13 @@
 """Send rendered events: as one JSON body, as SSE (or WebSocket frames), paced by absolute deadlines.
 
-Transports know nothing of an event's fields: they serialise what the template rendered
-and wait for each event's due time (`start + event.at`). Events already due are written
-together in one chunk, so a burst costs one socket write.
+Transports know nothing of an event's fields: they send what the template rendered (an SSE
+stream: its frames, `Template.frames`) and wait for each event's due time (`start + at`).
+Events already due are written together in one chunk, so a burst costs one socket write.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from starlette.responses import Response
 
@@ -42,30 +42,27 @@ class JSONBytes(Response):
         self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
 
 
-_HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start
-
-
-def sse_frame(event: Event) -> bytes:
-    data = event._json          # set by every generated stream step: no property call
-    if data is None:
-        data = event.data.encode() if event.raw else event.json
-    head = _HEADS.get(event.name)
-    if head is None:
-        head = _HEADS[event.name] = b"event: " + event.name.encode() + b"\ndata: "
-    return head + data + b"\n\n"
-
-
 async def due_batches(events: Iterable[Event], start: float, clock: Clock,
                       keepalive: float | None = None, lateness=None) -> AsyncIterator[list[Event]]:
-    """Pacing in the calling task (WebSocket turns; SSE not on the shared timer): lists of
-    events, each sent when its first event is due (`start + event.at`); events already due
-    travel together. The same state machine as the shared timer's (llmsim.pacer.PacedStream):
-    with `keepalive` (seconds) an empty list comes every `keepalive` seconds while waiting for
-    the first token; `lateness` (a stats histogram) records how late each list left; a
-    ConnectionDrop in the events ends it after what was due before it.
+    """Pacing in the calling task (WebSocket turns, background responses): lists of events,
+    each sent when its first event is due (`start + event.at`); events already due travel
+    together. See `due_lists`."""
+    async for batch in due_lists(((event.at, event) for event in events), start, clock,
+                                 keepalive, lateness):
+        yield batch
+
+
+async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clock,
+                    keepalive: float | None = None, lateness=None) -> AsyncIterator[list]:
+    """Pacing in the calling task, of (due time, item) pairs: lists of items, each sent when
+    its first item is due (`start + due time`). The same state machine as the shared timer's
+    (llmsim.pacer.PacedStream): with `keepalive` (seconds) an empty list comes every
+    `keepalive` seconds while waiting for the first token; `lateness` (a stats histogram)
+    records how late each list left; a ConnectionDrop in the items ends it after what was
+    due before it.
     """
-    written: list[list[Event]] = []
-    stream = PacedStream(iter(events), start, written.append, keepalive, lateness, clock)
+    written: list[list] = []
+    stream = PacedStream(iter(timed), start, written.append, keepalive, lateness, clock)
     try:
         following = stream.step(clock.now())
         while True:
@@ -82,46 +79,37 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock,
         raise stream.done.exception()
 
 
-def sse_chunk(batch: list[Event], clock: Clock) -> bytes:
-    """The SSE bytes of a batch of events; an empty batch is a keep-alive comment line."""
-    if len(batch) == 1:
-        return sse_frame(batch[0])
-    if batch:                   # one join for the whole batch: no bytes object per frame
-        parts: list[bytes] = []
-        append = parts.append
-        for event in batch:
-            data, head = event._json, _HEADS.get(event.name)
-            if data is None or head is None:
-                append(sse_frame(event))
-            else:
-                append(head)
-                append(data)
-                append(b"\n\n")
-        return b"".join(parts)
+def sse_chunk(frames: list[bytes], clock: Clock) -> bytes:
+    """The SSE bytes of a batch of frames; an empty batch is a keep-alive comment line."""
+    if len(frames) == 1:
+        return frames[0]
+    if frames:
+        return b"".join(frames)
     return b": " + str(round(clock.wall(), 3)).encode() + b"\n\n"
 
 
 class Paced:
-    """SSE bytes, each event written at its deadline (`start + event.at`); events already
-    due go out as one chunk. With `keepalive` (seconds), comment lines go out while waiting
-    for the first token; `lateness` (a stats histogram) records how late each chunk left.
+    """SSE bytes: `frames` are (due time, frame) pairs (`Template.frames`, `sse.framed`),
+    each frame written at its deadline (`start + due time`); frames already due go out as
+    one chunk. With `keepalive` (seconds), comment lines go out while waiting for the first
+    token; `lateness` (a stats histogram) records how late each chunk left.
 
     Iterated (`async for`), it paces in the iterating task. Given straight to `SSEResponse`
     on the real clock, it runs on the process's shared timer instead (llmsim.pacer).
     """
 
-    on_chunk: Callable[[list, bytes], None] | None = None   # sees every batch written and its
-                                                            # bytes (no events: a keep-alive)
-    on_end: Callable[[], Awaitable[None]] | None = None     # awaited when the events ran out
+    on_chunk: Callable[[list, bytes], None] | None = None   # sees every batch of frames written
+                                                            # and its bytes (none: a keep-alive)
+    on_end: Callable[[], Awaitable[None]] | None = None     # awaited when the frames ran out
 
-    def __init__(self, events: Iterable[Event], start: float, clock: Clock,
+    def __init__(self, frames: Iterable[tuple[float, bytes]], start: float, clock: Clock,
                  keepalive: float | None = None, lateness=None):
-        self.events, self.start, self.clock = iter(events), start, clock
+        self.frames, self.start, self.clock = iter(frames), start, clock
         self.keepalive, self.lateness = keepalive, lateness
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for batch in due_batches(self.events, self.start, self.clock, self.keepalive,
-                                       self.lateness):
+        async for batch in due_lists(self.frames, self.start, self.clock, self.keepalive,
+                                     self.lateness):
             chunk = sse_chunk(batch, self.clock)
             if self.on_chunk is not None:
                 self.on_chunk(batch, chunk)
@@ -215,7 +203,7 @@ class SSEResponse(Response):
             if direct is not None and direct(chunk, on_timer):
                 return None
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
-        stream = PacedStream(paced.events, paced.start, write, paced.keepalive, paced.lateness, clock)
+        stream = PacedStream(paced.frames, paced.start, write, paced.keepalive, paced.lateness, clock)
         following = stream.step(clock.now())
         on_timer = True
         if following is not None:

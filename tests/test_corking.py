@@ -14,6 +14,7 @@ from uvicorn.server import ServerState
 from llmsim.clock import Clock
 from llmsim.corking import CorkedHttpToolsProtocol
 from llmsim.fastpath import RECEIVED_AT
+from llmsim.sse import framed
 from llmsim.templates import Event
 from llmsim.transport import Paced, SSEResponse
 
@@ -62,7 +63,7 @@ def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
 
     async def app(scope, receive, send):
         began = Clock().now() if start is None else start
-        await SSEResponse(Paced(events(), began, Clock()))(scope, receive, send)
+        await SSEResponse(Paced(framed(events()), began, Clock()))(scope, receive, send)
     return app
 
 

@@ -16,6 +16,7 @@ from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
 from llmsim.front import Front
 from llmsim.pacer import PACERS, PacedStream, send_now
+from llmsim.sse import framed
 from llmsim.stats import Stats
 from llmsim.templates import Event
 from llmsim.transport import Paced, SSEResponse
@@ -71,7 +72,7 @@ async def test_many_interleaved_streams_write_every_event_in_order_and_never_ear
         async def send(message):
             if message["type"] == "http.response.body" and message["body"]:
                 log.append((clock.now() - start, message["body"]))
-        await respond(Paced(events(12, first=0.001 * (k % 7)), start, clock), send)
+        await respond(Paced(framed(events(12, first=0.001 * (k % 7))), start, clock), send)
     await asyncio.gather(*(one(k) for k in range(200)))
     for k, log in logs.items():
         data = b"".join(body for _, body in log)
@@ -94,8 +95,8 @@ async def test_a_blocked_client_holds_back_only_its_own_stream():
     async def fast_send(message):
         fast.append(message)
     start = clock.now()
-    slow_task = asyncio.ensure_future(respond(Paced(events(5), start, clock), slow_send))
-    await respond(Paced(events(5), start, clock), fast_send)
+    slow_task = asyncio.ensure_future(respond(Paced(framed(events(5)), start, clock), slow_send))
+    await respond(Paced(framed(events(5)), start, clock), fast_send)
     assert len(frames(fast)) == 5 and not slow_task.done()
     drained.set_result(None)
     await slow_task
@@ -113,7 +114,7 @@ async def test_a_drop_sends_what_was_due_then_ends_the_stream_with_the_drop():
     async def send(message):
         sent.append(message)
     with pytest.raises(ConnectionDrop):
-        await respond(Paced(dropping(), clock.now(), clock), send)
+        await respond(Paced(framed(dropping()), clock.now(), clock), send)
     assert b"".join(frames(sent)).count(b"event: e\n") == 3
     assert not any(m.get("more_body") is False for m in sent)     # the body never ends
 
@@ -124,7 +125,7 @@ async def test_keepalive_comments_go_out_before_the_first_event_only():
 
     async def send(message):
         sent.append(message)
-    await respond(Paced(events(3, first=0.05), clock.now(), clock, keepalive=0.012), send)
+    await respond(Paced(framed(events(3, first=0.05)), clock.now(), clock, keepalive=0.012), send)
     bodies = frames(sent)
     comments = [b for b in bodies if b.startswith(b": ")]
     assert len(comments) >= 3
@@ -139,7 +140,7 @@ async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_
         sent.append(message)
     created = Event("created", {"i": -1}, 0.0)           # like response.created, due at once
     stream = itertools.chain([created], events(2, first=0.05))
-    await respond(Paced(stream, clock.now(), clock, keepalive=0.012), send)
+    await respond(Paced(framed(stream), clock.now(), clock, keepalive=0.012), send)
     bodies = frames(sent)
     assert bodies[0].startswith(b"event: created")
     assert sum(b.startswith(b": ") for b in bodies[1:]) >= 3
@@ -149,7 +150,7 @@ def paced_on_timer(written: list, first_due_in: float) -> None:
     """A stream on the shared timer whose one event is due `first_due_in` seconds from now."""
     clock = Clock()
     start = clock.now() + first_due_in
-    PACERS.get().add(PacedStream(events(1), start, written.extend, None, None, clock), start)
+    PACERS.get().add(PacedStream(framed(events(1)), start, written.extend, None, None, clock), start)
 
 
 def observed(app) -> Front:
@@ -201,7 +202,7 @@ def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_t
         clock = Clock()
         due = clock.now() + 0.3
         written_at: list[float] = []
-        stream = PacedStream(events(1), due, lambda batch: written_at.append(clock.now()),
+        stream = PacedStream(framed(events(1)), due, lambda batch: written_at.append(clock.now()),
                              None, None, clock)
         PACERS.get().add(stream, due)
 
@@ -232,7 +233,7 @@ async def test_a_stream_closed_by_its_response_stops_drawing_events():
             yield event
     written = []
     clock = Clock()
-    stream = PacedStream(counted(), clock.now(), lambda batch: written.append(batch), None, None, clock)
+    stream = PacedStream(framed(counted()), clock.now(), lambda batch: written.append(batch), None, None, clock)
     stream.step(clock.now())
     stream.close()
     assert len(drawn) <= 2 and stream.closed

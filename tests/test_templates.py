@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import sse
+import llmsim.sse
 from conftest import REPO
 from llmsim.app import create_app
 from llmsim.errors import ConfigError
@@ -187,6 +188,23 @@ stream:
         (None, "[DONE]", 0.7),
     ]
     assert events[-1].raw
+
+
+def test_a_stream_as_sse_frames_is_its_events_framed_one_by_one(tmp_path):
+    t = compile_one(tmp_path, """
+stream:
+  - {event: start, data: {seq: "{{ seq }}"}}
+  - for: "x in xs"
+    steps:
+      - {at: "{{ x }}", data: {x: "{{ x }}", seq: "{{ seq }}"}}
+  - {event: nothing, data: "{{ none }}"}
+  - {raw: "[DONE]"}
+""")
+    assert list(t.frames(xs=[0.5, 0.7])) == [
+        (0.0, b'event: start\ndata: {"seq":0}\n\n'),
+        (0.5, b'data: {"x":0.5,"seq":1}\n\n'), (0.7, b'data: {"x":0.7,"seq":2}\n\n'),
+        (0.7, b"event: nothing\ndata: null\n\n"), (0.7, b"data: [DONE]\n\n")]
+    assert list(t.frames(xs=[0.5, 0.7])) == list(llmsim.sse.framed(t.events(xs=[0.5, 0.7])))
 
 
 def test_nested_loops_see_outer_variables_and_a_loop_variable_ends_with_its_loop(tmp_path):

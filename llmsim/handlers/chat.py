@@ -21,9 +21,9 @@ class ChatHandlers:
             plan = fault.shape(plan)
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
-            events = fault.stream(self.template.events(plan=plan, req=body))
+            frames = fault.frames(self.template, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.sse_response(transport.Paced(events, start, sim.clock, keepalive,
+            return transport.sse_response(transport.Paced(frames, start, sim.clock, keepalive,
                                                           sim.stats.lateness))
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)

@@ -30,12 +30,11 @@ class ResponsesHandlers:
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
             return transport.sse_response(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
-            rendered = self.template.events(plan=plan, req=body)
-            events = fault.stream(rendered, plan=plan, req=body)
+            frames = fault.frames(self.template, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            chunks = transport.Paced(events, start, sim.clock, keepalive, sim.stats.lateness)
+            chunks = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
             if store:                   # a stream no fault cut can be rendered again when read
-                replay = Replay(self.template, plan, body) if events is rendered else None
+                replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.sse_response(chunks)
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
