@@ -10,12 +10,12 @@ token (or tool-call start and argument fragment), and a finish chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Any, Iterable, Iterator
+from operator import itemgetter
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim import ids, inputs, latency, textgen, toolcalls, tokens
 from llmsim.errors import InvalidRequestError
-from llmsim.plan import Context, TimedPieces, Token, Usage, check_context, visible_text
+from llmsim.plan import Context, TimedPieces, Usage, check_context, visible_text
 
 SYSTEM_FINGERPRINT = "fp_llmsim"
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -42,12 +42,12 @@ class Choice(TimedPieces):
     end_at: float
     visible_tokens: int
     reasoning_tokens: int
-    _tokens: list[Token] | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(slots=True)
-class Chunk:
-    """One streamed chunk; `kind` names the template object `chat_{kind}_choice` that renders it."""
+class Chunk(NamedTuple):
+    """One streamed chunk; `kind` names the template object `chat_{kind}_choice` that renders
+    it. The stream template unpacks each (chat.yaml), so a plain tuple of these six serves
+    as well (`text_chunks` makes those: cheaper to build)."""
     kind: str                              # role | content | tool_call | arguments | finish
     choice: Choice
     at: float
@@ -259,12 +259,13 @@ def _shift(choice: Choice, delta: float) -> None:
             fragment.at += delta
 
 
-def text_chunks(choice: Choice) -> Iterator[Chunk]:
-    """A choice without tool calls, chunk by chunk: role, content (times only grow), finish."""
-    yield Chunk("role", choice, choice.first_at)
+def text_chunks(choice: Choice) -> Iterator[tuple]:
+    """A choice without tool calls, chunk by chunk (`Chunk`'s fields): role, content (times
+    only grow), finish."""
+    yield "role", choice, choice.first_at, "", None, 0
     for text, at in zip(choice.pieces, choice.times):
-        yield Chunk("content", choice, at, text)
-    yield Chunk("finish", choice, choice.end_at)
+        yield "content", choice, at, text, None, 0
+    yield "finish", choice, choice.end_at, "", None, 0
 
 
 def merged_chunks(choices: list[Choice]) -> list[Chunk]:
@@ -278,5 +279,5 @@ def merged_chunks(choices: list[Choice]) -> list[Chunk]:
             for fragment in call.fragments:
                 out.append(Chunk("arguments", choice, fragment.at, fragment.text, call, n))
         out.append(Chunk("finish", choice, choice.end_at))
-    out.sort(key=attrgetter("at"))
+    out.sort(key=itemgetter(2))        # by `at`
     return out

@@ -254,7 +254,29 @@ class JsonCodegen:
         lines.append(f"    return {pyexpr.inline_given(code)}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
-        return self.namespace[name]
+        function = self.namespace[name]
+        function.inline = lambda ctx, given=None: self._body_lines(code, names, ctx, given or {})
+        return function
+
+    def _body_lines(self, code: str, names: set[str], ctx: str, given: dict[str, str]) -> list[str]:
+        """The statements of `_define`'s function body, for generated code in this module's
+        namespace (llmsim.stepcodegen) whose context is the local `ctx`, raising where that
+        function would fall back (a missing variable: KeyError); `given`: variables already
+        in locals (name -> local), read from there instead."""
+        lines = [f"{memo} = {ctx}[{key!r}]" for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO))
+                 if re.search(rf"\b{memo}\[", code)]
+        for var in sorted(names):
+            if var in given:
+                lines.append(f"_n_{var} = {given[var]}")
+            elif f"given(_n_{var}," in code:
+                self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
+                lines.append(f"_n_{var} = {ctx}[{var!r}] if {var!r} in {ctx} else _u_{var}")
+            else:
+                lines.append(f"_n_{var} = {ctx}[{var!r}]")
+        code = pyexpr.inline_given(code)
+        if ctx != "ctx" and re.search(r"\bctx\b", code):     # (e.g. calls of objects' writers)
+            code = pyexpr.renamed(code, "ctx", ctx)
+        return lines + [code]
 
     def _callable(self, f: Callable) -> str:
         name = f"_c{next(self._ids)}"

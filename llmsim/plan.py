@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from llmsim import ids, inputs, latency, textgen, toolcalls
 from llmsim.errors import ContextLengthError, InvalidRequestError
@@ -42,30 +42,22 @@ class ReasoningItem:
 
 
 class TimedPieces:
-    """Visible text as `pieces` (one per token) and their due `times`. The `Token` objects a
-    stream template walks are built on first use: a non-streamed answer never needs them."""
+    """Visible text as `pieces` (one per token) and their due `times`; a stream template
+    walks `timed_pieces`, (piece, due time) pairs, which no object per token is made for."""
     __slots__ = ()
 
     @property
-    def tokens(self) -> list[Token]:
-        tokens = self._tokens
-        if tokens is None:
-            tokens = self._tokens = list(map(Token, self.pieces, self.times))
-        return tokens
+    def timed_pieces(self) -> Iterator[tuple[str, float]]:
+        return zip(self.pieces, self.times)
 
     def keep(self, k: int) -> None:
         """Only the first k tokens (and the text they make)."""
         self.pieces, self.times = self.pieces[:k], self.times[:k]
-        if self._tokens is not None:
-            self._tokens = self._tokens[:k]
         self.text = "".join(self.pieces)
 
     def shift(self, delta: float) -> None:
         """Every token `delta` seconds later."""
         self.times = tuple(t + delta for t in self.times)
-        if self._tokens is not None:
-            for token in self._tokens:
-                token.at += delta
 
 
 @dataclass(slots=True)
@@ -77,7 +69,6 @@ class MessageItem(TimedPieces):
     start_at: float
     status: str = "completed"
     kind: str = "message"
-    _tokens: list[Token] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -122,13 +113,6 @@ class Plan:
     @property
     def completed_at(self) -> int:
         return self.created_at + int(self.end_at)
-
-    def forget_tokens(self) -> None:
-        """Drop the `Token` objects a stream built (built again if it is rendered again):
-        ~1 KB less for a kept 32-token plan."""
-        for item in self.output:
-            if isinstance(item, TimedPieces):
-                item._tokens = None
 
 
 @dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each

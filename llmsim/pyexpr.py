@@ -194,6 +194,15 @@ def inline_given(code: str) -> str:
 INLINE_GLOBALS = {"_Undefined": jinja2.Undefined}
 
 
+def renamed(code: str, old: str, new: str) -> str:
+    """Python expression `code` with each read of the variable `old` reading `new` instead."""
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.Name(new, node.ctx) if node.id == old else node
+    tree = Rename().visit(ast.parse(code, mode="eval"))
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
 class _InlineGiven(ast.NodeTransformer):
     def visit_comprehension(self, node: ast.comprehension):
         node.target = self.visit(node.target)

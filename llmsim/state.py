@@ -157,7 +157,6 @@ class ResponseState:
                                     response_json=snapshot, status=plan.status)
         elif snapshot.__class__ is Replay:
             plan = snapshot.plan
-            plan.forget_tokens()
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
                                     status=plan.status, render=snapshot.response_json)
         else:

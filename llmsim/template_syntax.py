@@ -6,7 +6,8 @@ import re
 from typing import Any, Callable
 
 DIRECTIVES = ("$object", "$for", "$if")     # a mapping with one of these keys is that directive
-LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+(.+)$", re.S)     # "name in expression"
+# "name in expression"; a stream step's loop may unpack each item: "a, b in expression"
+LOOP = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+in\s+(.+)$", re.S)
 # "prefix{{ dotted.name }}suffix": rendered by concatenation, without a jinja context.
 ONE_NAME = re.compile(r"^([^{}%]*)\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}([^{}%]*)$")
 
@@ -25,6 +26,11 @@ def node_kind(node: Any) -> str:
     return "const"
 
 
+def loop_names(match: re.Match) -> tuple[str, ...]:
+    """The names a LOOP match binds."""
+    return tuple(name.strip() for name in match.group(1).split(","))
+
+
 def bound_names(node: Any, with_keys: bool = True) -> set[str]:
     """Every variable a template binds: loop variables, loop indexes and (`with_keys`)
     `$with` keys."""
@@ -36,7 +42,7 @@ def bound_names(node: Any, with_keys: bool = True) -> set[str]:
         for key in ("$for", "for"):
             match = LOOP.match(node[key]) if isinstance(node.get(key), str) else None
             if match:
-                names.add(match.group(1))
+                names.update(loop_names(match))
         if isinstance(node.get("index"), str):
             names.add(node["index"])
         if with_keys and isinstance(node.get("$with"), dict):
@@ -63,7 +69,7 @@ def free_names(node: Any, objects: dict[str, Any], reads: Callable[[str], set[st
         body = free_names(node.get("$do"), objects, reads, seen)
         if loop is None or body is None:
             return None
-        return reads("{{ " + loop.group(2) + " }}") | (body - {loop.group(1)})
+        return reads("{{ " + loop.group(2) + " }}") | (body - set(loop_names(loop)))
     if "$object" in node:
         name, extra = node["$object"], node.get("$with") or {}
         one = ONE_NAME.match(name) if isinstance(name, str) else None

@@ -37,7 +37,7 @@ from llmsim.jsonbytes import dumps
 from llmsim.jsoncodegen import JsonCodegen
 from llmsim.jsonwriter import JsonCompiler
 from llmsim.stepcodegen import StepCodegen
-from llmsim.template_syntax import LOOP, ONE_NAME, bound_names, node_kind
+from llmsim.template_syntax import LOOP, ONE_NAME, bound_names, loop_names, node_kind
 
 Node = Callable[[dict], Any]
 
@@ -229,11 +229,17 @@ class Compiler:
             return target(ctx)
         return render
 
-    def loop(self, spec: str, where: str) -> tuple[str, Node]:
+    def loop(self, spec: str, where: str, unpacks: bool = False) -> tuple[Any, Node]:
+        """A loop's name and its items' source; with `unpacks` (a stream step's loop) the
+        tuple of its names ("text, at in pairs" unpacks each item)."""
         match = LOOP.match(spec if isinstance(spec, str) else "")
         if not match:
             raise ConfigError(f"{where}: loop must read 'NAME in EXPRESSION', got {spec!r}")
-        return match.group(1), self.string("{{" + match.group(2) + "}}", where)
+        names = loop_names(match)
+        if len(names) > 1 and not unpacks:
+            raise ConfigError(f"{where}: a $for binds one name, got {spec!r}; unpack items in "
+                              "a stream step's `for` instead")
+        return names if unpacks else names[0], self.string("{{" + match.group(2) + "}}", where)
 
     def _for(self, node: dict, where: str) -> Node:
         items = self.items(node, where, self.value)

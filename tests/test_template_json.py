@@ -132,6 +132,36 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}"}}
     assert orjson.loads(written) == [{"a": "a"}, {"one": 1}, {"a": "a"}, {"flag": True}, {"one": 1}]
 
 
+def test_a_step_loop_unpacks_each_item_into_its_names(compile_one):
+    t = compile_one("""
+stream:
+  - for: "name, at in pairs"
+    index: i
+    steps:
+      - {event: e, at: "{{ at }}", data: {name: "{{ name }}", i: "{{ i }}", seq: "{{ seq }}"}}
+""")
+    events = list(t.events(pairs=zip(["a", "b"], [0.5, 0.7])))
+    assert [(e.at, e.data) for e in events] == [(0.5, {"name": "a", "i": 0, "seq": 0}),
+                                                (0.7, {"name": "b", "i": 1, "seq": 1})]
+
+
+def test_an_event_in_a_loop_calls_an_object_named_by_an_expression_with_the_loops_values(compile_one):
+    objects = "".join(f"  kind_{n}: {{n: \"{{{{ n }}}}\", v: \"{{{{ v }}}}\"}}\n"
+                      for n in range(JsonCodegen.MAX_PICKS + 1))
+    t = compile_one(f"""
+objects:
+{objects}
+stream:
+  - for: "n in numbers"
+    steps:
+      - event: e
+        data: {{picked: {{$object: "kind_{{{{ n }}}}", $with: {{v: "{{{{ n * 2 }}}}"}}}}}}
+""")
+    events = list(t.events(numbers=[3, JsonCodegen.MAX_PICKS]))
+    assert [e.data for e in events] == [{"picked": {"n": 3, "v": 6}},
+                                        {"picked": {"n": JsonCodegen.MAX_PICKS, "v": 16}}]
+
+
 def test_a_loop_over_request_data_is_written_anew_when_it_reads_what_each_event_binds(compile_one):
     t = compile_one("""
 stream:

@@ -77,6 +77,13 @@ def test_broken_template_stops_a_server_with_workers_before_it_listens(templates
     assert "Traceback" not in result.stderr
 
 
+def test_a_for_value_binding_several_names_fails_start_up_naming_file_and_path(tmp_path):
+    (tmp_path / "t.yaml").write_text('body: {$for: "a, b in pairs", $do: "{{ a }}"}\n')
+    with pytest.raises(ConfigError) as caught:
+        TemplateSet(tmp_path)
+    assert "t.yaml" in str(caught.value) and "body.$for" in str(caught.value)
+
+
 def test_invalid_yaml_fails_start_up_naming_the_file(templates_copy):
     directory, _ = templates_copy
     (directory / "responses.yaml").write_text("objects: [unclosed\n")
