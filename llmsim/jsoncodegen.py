@@ -261,10 +261,16 @@ class JsonCodegen:
     def _body_lines(self, code: str, names: set[str], ctx: str, given: dict[str, str]) -> list[str]:
         """The statements of `_define`'s function body, for generated code in this module's
         namespace (llmsim.stepcodegen) whose context is the local `ctx`, raising where that
-        function would fall back (a missing variable: KeyError); `given`: variables already
-        in locals (name -> local), read from there instead."""
-        lines = [f"{memo} = {ctx}[{key!r}]" for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO))
-                 if re.search(rf"\b{memo}\[", code)]
+        function would fall back (a missing variable: KeyError); `given`: variables (and the
+        memos, by their context keys) already in locals (name -> local), read from there."""
+        lines = []
+        for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO)):
+            if re.search(rf"\b{memo}\[", code):
+                held = given.get(key)
+                if held is None:
+                    lines.append(f"{memo} = {ctx}[{key!r}]")
+                elif held != memo:
+                    lines.append(f"{memo} = {held}")
         for var in sorted(names):
             if var in given:
                 lines.append(f"_n_{var} = {given[var]}")

@@ -80,8 +80,8 @@ class StepCodegen:
                                                           Callable[[dict, list], Iterator]]:
         """`steps` as two generator functions of (ctx, clock), where clock is [due time, next
         seq]: one yields each step's `Event`, the other its SSE frame as (due time, bytes)."""
-        lines: list = []
-        self._block(steps, where, "ctx", 1, lines, ())
+        lines: list = ["    _m = ctx['__memo']"]     # one render's memo (llmsim.jsoncodegen)
+        self._block(steps, where, "ctx", 1, lines, (), {"__memo": "_m"})
         made = []
         for sse_frames in (False, True):
             name = f"_stream{next(self._ids)}"
@@ -99,44 +99,46 @@ class StepCodegen:
         return name
 
     def _block(self, steps: list, where: str, ctx: str, depth: int, lines: list,
-               loops: tuple[frozenset[str], ...]) -> None:
-        """`loops`: the variables each enclosing loop binds, the innermost last."""
+               loops: tuple[frozenset[str], ...], held: dict[str, str]) -> None:
+        """`loops`: the variables each enclosing loop binds, the innermost last; `held`: the
+        variables (and memos) also held in locals, name -> local."""
         start = len(lines)
         for i, step in enumerate(steps):
-            self._step(step, f"{where}[{i}]", ctx, depth, lines, loops)
+            self._step(step, f"{where}[{i}]", ctx, depth, lines, loops, held)
         if len(lines) == start:
             lines.append("    " * depth + "pass")
 
     def _step(self, step: dict, where: str, ctx: str, depth: int, lines: list,
-              loops: tuple[frozenset[str], ...]) -> None:
+              loops: tuple[frozenset[str], ...], held: dict[str, str]) -> None:
         pad, compiler = "    " * depth, self.compiler
         if "for" in step:
             names, closure = compiler.loop(step["for"], f"{where}.for", unpacks=True)  # checks the spelling
             source = compiler.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
                                                      f"{where}.for", fallback=closure)
             inner, index = f"_x{next(self._ids)}", step.get("index")
-            lines.append(f"{pad}{inner} = {{**{ctx}, {LOOP_MEMO!r}: {{}}}}")
-            target = ", ".join(f"{inner}[{name!r}]" for name in names)
-            if len(names) > 1:      # each item unpacked straight into the loop's context
-                target = f"({target})"
+            # each item is unpacked into locals (`_x1_name`), which the loop's events read, and
+            # into the loop's context, which what is not written in place reads
+            bound = {name: f"{inner}_{name}" for name in (*names, *([index] if index else []))}
+            lines += [f"{pad}{inner}_lm = {{}}", f"{pad}{inner} = {{**{ctx}, {LOOP_MEMO!r}: {inner}_lm}}"]
+            target = ", ".join(bound[name] for name in names)
             if index:
-                lines.append(f"{pad}for _i, {target} in enumerate({self._ref(source)}({ctx})):")
-                lines.append(f"{pad}    {inner}[{index!r}] = _i")
+                lines.append(f"{pad}for {bound[index]}, ({target}) in enumerate({self._ref(source)}({ctx})):")
             else:
                 lines.append(f"{pad}for {target} in {self._ref(source)}({ctx}):")
-            names = frozenset({*names, index} if index else names)
-            self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines, (*loops, names))
+            lines += [f"{pad}    {inner}[{name!r}] = {local}" for name, local in bound.items()]
+            self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines,
+                        (*loops, frozenset(bound)), {**held, **bound, LOOP_MEMO: f"{inner}_lm"})
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
             lines.append(f"{pad}if {self._ref(test)}({ctx}):")
-            self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines, loops)
+            self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines, loops, held)
             if step.get("else"):
                 lines.append(f"{pad}else:")
-                self._block(step["else"], f"{where}.else", ctx, depth + 1, lines, loops)
+                self._block(step["else"], f"{where}.else", ctx, depth + 1, lines, loops, held)
             return
         if "at" in step:
-            self._time(step["at"], f"{where}.at", ctx, pad, lines)
+            self._time(step["at"], f"{where}.at", ctx, pad, lines, held)
         name = step.get("event")
         if "raw" in step:
             lines.append(_Yield(pad, name, step["raw"]))
@@ -146,21 +148,24 @@ class StepCodegen:
         # what outer loops bound keeps its value while the innermost loop runs
         fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
         writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
-        self._call("_json", writer, ctx, pad, lines)
+        self._call("_json", writer, ctx, pad, lines, {**held, "seq": "_seq"})
         lines += [f"{pad}_seq += 1", _Yield(pad, name)]
 
-    def _time(self, node: Any, where: str, ctx: str, pad: str, lines: list[str]) -> None:
+    def _time(self, node: Any, where: str, ctx: str, pad: str, lines: list[str],
+              held: dict[str, str]) -> None:
         """`_at = ` the step's time: read in place when it is a `{{ dotted.name }}`."""
         guarded = self.compiler.fast(node, where)
         inline = self.compiler.codegen.dotted_code(node)
         if inline is None:
-            self._call("_at", guarded, ctx, pad, lines)
+            self._call("_at", guarded, ctx, pad, lines, held)
             return
         code, names = inline
-        lines += [f"{pad}try:", *(f"{pad}    _n_{name} = {ctx}[{name!r}]" for name in sorted(names)),
+        reads = [f"_n_{name} = {held[name] if name in held else f'{ctx}[{name!r}]'}" for name in sorted(names)]
+        lines += [f"{pad}try:", *(f"{pad}    {read}" for read in reads),
                   f"{pad}    _at = {code}", f"{pad}except Exception:", f"{pad}    _at = {self._ref(guarded)}({ctx})"]
 
-    def _call(self, target: str, f: Callable, ctx: str, pad: str, lines: list[str]) -> None:
+    def _call(self, target: str, f: Callable, ctx: str, pad: str, lines: list[str],
+              held: dict[str, str]) -> None:
         """`target = f(ctx)`: the generated code behind a guarded `f` called straight, and `f`
         itself (its fallback: the value, or the precise template error) only if that raises."""
         fast = getattr(f, "fast", f)        # (f itself: unguarded, or no generated code)
@@ -173,7 +178,7 @@ class StepCodegen:
                           f"{pad}except Exception:", f"{pad}    {target} = {self._ref(f)}({ctx})"]
             return
         # the generated code written in place, its variables read from the step's context
-        *statements, value = inline(ctx, {"seq": "_seq"} if target == "_json" else {})
+        *statements, value = inline(ctx, held)
         if fast is f:       # unguarded (tests): it raises where it would fall back
             lines += [f"{pad}{line}" for line in statements] + [f"{pad}{target} = {value}"]
             return
