@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from llmsim.stats import Exchange, output_tokens, token_lists
+from llmsim.stats import Exchange, output_tokens, token_times
 
 FLUSH_INTERVAL = 0.2
 FORMATS = ("off", "text", "json")
@@ -28,7 +28,7 @@ def _ms(seconds: float | None) -> float | None:
 
 def gaps_summary(plan) -> dict | None:
     """mean / p50 / max of the intended gaps between consecutive visible tokens, in ms."""
-    gaps = sorted(b.at - a.at for tokens in token_lists(plan) for a, b in zip(tokens, tokens[1:]))
+    gaps = sorted(b - a for times in token_times(plan) for a, b in zip(times, times[1:]))
     if not gaps:
         return None
     return {"mean": _ms(sum(gaps) / len(gaps)), "p50": _ms(gaps[len(gaps) // 2]), "max": _ms(gaps[-1])}

@@ -197,14 +197,13 @@ def token_times(plan) -> list:
     return out
 
 
-def token_lists(plan) -> list[list]:
-    """The visible token lists of a plan (each with `.at` due times): Responses message
-    items, or Chat choices. Function-call arguments are not counted as tokens here."""
+def token_times(plan) -> list:
+    """The due times of a plan's visible tokens (a sequence of floats), per Responses message
+    item or Chat choice. Function-call arguments are not counted as tokens here."""
     items = getattr(plan, "choices", None)
     if items is None:
         items = plan.output
-    return [tokens for item in items if (tokens := getattr(item, "tokens", None)).__class__ is list
-            and tokens]
+    return [times for item in items if (times := getattr(item, "times", None)) is not None and len(times)]
 
 
 class Stats:
