@@ -18,10 +18,10 @@ def dumps(value) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-_SMALL = tuple(b"%d" % n for n in range(4096))
+SMALL_INTS = tuple(b"%d" % n for n in range(4096))     # their JSON, by value
 
 
 def decimal(n: int) -> bytes:
     """`n` in decimal (an integer's JSON), from a table below 4,096: header values such as
     content-length and token counts, written with every answer."""
-    return _SMALL[n] if 0 <= n < 4096 else b"%d" % n
+    return SMALL_INTS[n] if 0 <= n < 4096 else b"%d" % n
