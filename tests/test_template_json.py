@@ -132,6 +132,12 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}"}}
     assert orjson.loads(written) == [{"a": "a"}, {"one": 1}, {"a": "a"}, {"flag": True}, {"one": 1}]
 
 
+def test_a_counter_like_value_is_written_as_json_whatever_it_holds(compile_one):
+    t = compile_one('stream:\n  - {for: "index in values", steps: [{event: e, data: {n: "{{ index }}"}}]}\n')
+    values = [0, 4095, 4096, -1, True, 2.0, "7", None]
+    assert [e.json for e in t.events(values=values)] == [dumps({"n": v}) for v in values]
+
+
 def test_a_step_loop_unpacks_each_item_into_its_names(compile_one):
     t = compile_one("""
 stream:
