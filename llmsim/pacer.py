@@ -62,12 +62,12 @@ class _Rest:
 class PacedStream:
     """One stream: its items as (due time, item) pairs (an SSE frame, an event), when it
     began, how it writes; `done` resolves when it ends."""
-    __slots__ = ("events", "start", "write", "keepalive", "lateness", "clock", "context", "done",
+    __slots__ = ("timed", "start", "write", "keepalive", "lateness", "clock", "context", "done",
                  "pending", "stepped", "first_wait", "keepalive_at", "closed")
 
-    def __init__(self, events: Iterator, start: float, write: Callable[[list], Awaitable | None],
+    def __init__(self, timed: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
-        self.events = events                # (due time, item) pairs
+        self.timed = timed                  # (due time, item) pairs
         self.start = start
         self.write = write                  # a batch (list of items; [] = keep-alive) -> None or a wait
         self.keepalive = keepalive          # seconds between comment lines during the first wait
@@ -85,7 +85,7 @@ class PacedStream:
         """Stop (the client left, or the response ended): nothing more is written."""
         if not self.closed:
             self.closed = True
-            close = getattr(self.events, "close", None)
+            close = getattr(self.timed, "close", None)
             if close is not None:
                 close()
 
@@ -93,10 +93,10 @@ class PacedStream:
         """Write what is due at `now`; the time of the next write, or None when finished."""
         batch: list = []
         batch_due = due = None
-        ending: BaseException | None = None         # the stream ends (None: the events ran out)
-        start, events = self.start, self.events
+        ending: BaseException | None = None         # the stream ends (None: the items ran out)
+        start, timed = self.start, self.timed
         try:
-            pair = self.pending if self.pending is not None else next(events)
+            pair = self.pending if self.pending is not None else next(timed)
             while True:
                 due = start + pair[0]
                 if due > now:
@@ -105,7 +105,7 @@ class PacedStream:
                 if batch_due is None:
                     batch_due = due
                 batch.append(pair[1])
-                pair = next(events)
+                pair = next(timed)
         except StopIteration:
             self.pending = due = None
         except ConnectionDrop as drop:      # a drop still sends what was due before it

@@ -197,15 +197,6 @@ def token_times(plan) -> list:
     return out
 
 
-def token_times(plan) -> list:
-    """The due times of a plan's visible tokens (a sequence of floats), per Responses message
-    item or Chat choice. Function-call arguments are not counted as tokens here."""
-    items = getattr(plan, "choices", None)
-    if items is None:
-        items = plan.output
-    return [times for item in items if (times := getattr(item, "times", None)) is not None and len(times)]
-
-
 class Stats:
     """The counters of one process. With `enabled=False` only exchanges are annotated."""
 
