@@ -2,10 +2,11 @@
 
 `Injection.shape(plan)` cuts the answer for a content filter (Responses: `incomplete` with
 reason content_filter; Chat: finish_reason content_filter). `Injection.stream(events, **ctx)`
-(and `Injection.frames`, its SSE frames) passes the template's events through until k tokens have gone out, then sends the fault's
-tail from templates/faults.yaml instead of the rest (`response.failed`, an `error` event, a
-WebSocket error frame, or Chat's `data: {"error": ...}` + `[DONE]`), or raises
-`ConnectionDrop`. `NO_FAULT` hands everything back unchanged.
+(and `Injection.frames`, the same as SSE frames) passes the template's events through until
+k tokens have gone out, then sends the fault's tail from templates/faults.yaml instead of the
+rest (`response.failed`, an `error` event, a WebSocket error frame, or Chat's
+`data: {"error": ...}` + `[DONE]`), or raises `ConnectionDrop`. `NO_FAULT` hands everything
+back unchanged.
 """
 from __future__ import annotations
 
