@@ -180,21 +180,11 @@ def output_tokens(usage) -> tuple[int, int]:
 
 def token_times(plan) -> list:
     """The due times of a plan's visible tokens, one sequence per message item or Chat choice
-    (function-call arguments are not counted as tokens here). Items without `times` give
-    them through their token list (objects with `.at`)."""
+    (function-call arguments are not counted as tokens here)."""
     items = getattr(plan, "choices", None)
     if items is None:
         items = plan.output
-    out = []
-    for item in items:
-        times = getattr(item, "times", None)
-        if times is None:
-            tokens = getattr(item, "tokens", None)
-            if tokens.__class__ is list:
-                times = [token.at for token in tokens]
-        if times:
-            out.append(times)
-    return out
+    return [times for item in items if (times := getattr(item, "times", None)) is not None and len(times)]
 
 
 class Stats:

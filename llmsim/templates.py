@@ -297,18 +297,18 @@ class Template:
 
     def events(self, **ctx) -> Iterator[Event]:
         """Render the stream lazily; `seq` counts JSON events from 0."""
-        if self._stream is None:
-            raise ConfigError(f"template {self.name!r} has no stream")
-        ctx["__memo"] = {}          # what one render computes once (llmsim.jsoncodegen)
-        return self._stream(ctx, [0.0, 0])
+        return self._render(self._stream, ctx)
 
     def frames(self, **ctx) -> Iterator[tuple[float, bytes]]:
         """The same stream as SSE: (due time, frame) per event, the frames those of
         `llmsim.sse.framed(self.events(**ctx))`, made without an `Event` each."""
-        if self._frames is None:
+        return self._render(self._frames, ctx)
+
+    def _render(self, stream, ctx: dict) -> Iterator:
+        if stream is None:
             raise ConfigError(f"template {self.name!r} has no stream")
-        ctx["__memo"] = {}
-        return self._frames(ctx, [0.0, 0])
+        ctx["__memo"] = {}          # what one render computes once (llmsim.jsoncodegen)
+        return stream(ctx, [0.0, 0])
 
 
 class TemplateSet:
