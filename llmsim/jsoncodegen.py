@@ -534,19 +534,27 @@ class JsonCodegen:
             return None
         return one.group(1), one.group(2), one.group(3)
 
-    def _inline_choice(self, name: Any, where: str) -> Gen | None:
-        """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`) when every object the name
-        can pick is inlinable: each written in place, picked by comparing the value with its
-        part of the name (a chat chunk's `kind`: no call per chunk), and any other value
-        looked up as before."""
+    def picks(self, name: Any) -> tuple[str, dict[str, str]] | None:
+        """For `$object: "prefix{{ dotted.name }}suffix"`: the dotted name, and the objects the
+        name can pick (at most `MAX_PICKS`), by the part of their names the value is; None for
+        any other name."""
         parts = self._name_parts(name)
         if parts is None:
             return None
         prefix, dotted, suffix = parts
         picks = {obj[len(prefix):len(obj) - len(suffix)]: obj for obj in self.raw_objects
                  if len(obj) > len(prefix) + len(suffix) and obj.startswith(prefix) and obj.endswith(suffix)}
-        if not picks or len(picks) > self.MAX_PICKS or not all(self._inlinable(o, set()) for o in picks.values()):
+        return (dotted, picks) if picks and len(picks) <= self.MAX_PICKS else None
+
+    def _inline_choice(self, name: Any, where: str) -> Gen | None:
+        """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`) when every object the name
+        can pick is inlinable: each written in place, picked by comparing the value with its
+        part of the name (a chat chunk's `kind`: no call per chunk), and any other value
+        looked up as before."""
+        found = self.picks(name)
+        if found is None or not all(self._inlinable(o, set()) for o in found[1].values()):
             return None
+        dotted, picks = found
         value = self.value_code("{{" + dotted + "}}", f"{where}.$object")
         v = f"_v{next(self._ids)}"
         branches = []

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmsim.jsonbytes import dumps
-from llmsim.template_syntax import LOOP, node_kind
+from llmsim.template_syntax import LOOP, free_names, node_kind
 
 _SCALARS = (str, int, bool, type(None))
 
@@ -65,9 +65,28 @@ class ValueCodegen:
         if kind == "list":
             return self._list(node, where)
         generate = self._kinds.get(kind)
-        if generate is None or (kind == "$object" and not self._inlinable(node["$object"])):
+        if generate is None or (kind == "$object" and not self._inlinable(node["$object"])
+                                and self._picks(node) is None):
             return self._called(node, where)
         return self._sealed(node, where, generate)
+
+    def _picks(self, node: dict) -> tuple[str, dict[str, str]] | None:
+        """For an object named by `"prefix{{ dotted.name }}suffix"`: jsoncodegen's `picks`,
+        less those not inlinable here or reading a variable that this code neither holds
+        nor reads already (a pick's variable would be read for every value); None if none
+        is left."""
+        cg = self.cg
+        found = None if self._inlinable(node["$object"]) else cg.picks(node["$object"])
+        if found is None:
+            return None
+        dotted, picks = found
+        extra, known = node.get("$with") or {}, {*cg._subst, *cg._names}
+        kept = {}
+        for part, obj in picks.items():
+            free = free_names({"$object": obj, "$with": extra}, cg.raw_objects, cg._reads_of)
+            if self._inlinable(obj) and free is not None and free <= known:
+                kept[part] = obj
+        return (dotted, kept) if kept else None
 
     def _inlinable(self, name: Any) -> bool:
         cg = self.cg
@@ -209,9 +228,25 @@ class ValueCodegen:
 
     def _object(self, node: dict, where: str) -> Value:
         """The object's value in place, each `$with` value computed first into a local (as
-        JSON bytes when the object only writes it out whole)."""
+        JSON bytes when the object only writes it out whole). An object named by
+        `"prefix{{ dotted.name }}suffix"`: each object the name can pick in place, chosen by
+        the value (a Responses output item's `kind`: no call and no context copied per
+        item), and any other value written by jsoncodegen's code (its error, if none)."""
         cg = self.cg
         name = node["$object"]
+        found = self._picks(node)
+        if found is not None:
+            dotted, picks = found
+            value = cg.value_code("{{" + dotted + "}}", f"{where}.$object")
+            v = self._local()
+            branches, omittable = [], False
+            for i, (part, obj) in enumerate(picks.items()):
+                picked = self._object({**node, "$object": obj}, where)
+                test = f"({v} := {value}) == {part!r}" if i == 0 else f"{v} == {part!r}"
+                branches.append(f"{picked.code} if {test} else ")
+                omittable |= picked.omittable
+            other = self._called(node, where)
+            return Value(f"({''.join(branches)}{other.code})", omittable or other.omittable)
         binds, subst = cg.with_binds(name, node.get("$with") or {}, where)
         with cg.inlining(name, subst):
             value = self.gen(cg.raw_objects[name], f"objects.{name}")

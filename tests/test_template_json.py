@@ -381,6 +381,22 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}", $with: {w: "{{ v ~ '!
                                      {"b": "b!", "also": "b"}]
 
 
+def test_a_body_object_named_by_expression_is_built_in_place_or_by_name(compile_one):
+    """The objects a body's loop names by the item's value are built in place, each with its
+    `$with` values; a pick reading a variable nothing else in the body reads (given to some
+    renders only), and a value that is not a string, go on by name."""
+    t = compile_one("""
+objects:
+  kind_a: {a: "{{ w }}"}
+  kind_c: {c: "{{ w }}", extra: "{{ extra }}"}
+  kind_1: {one: "{{ w }}"}
+body: {$for: "v in values", $do: {$object: "kind_{{ v }}", $with: {w: "{{ [v] }}"}}}
+""")
+    assert orjson.loads(t.body_json(values=["a", "c", 1], extra=5)) == \
+        [{"a": ["a"]}, {"c": ["c"], "extra": 5}, {"one": [1]}]
+    assert orjson.loads(t.body_json(values=["a"])) == [{"a": ["a"]}]
+
+
 def test_an_expression_reads_a_key_of_any_mapping_as_jinja_does(tmp_path):
     """Generated code reads `m.k` of a dict by item and of anything else by attribute; of a
     mapping that is no dict it falls back to the exact (jinja) path, which reads the item."""
