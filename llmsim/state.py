@@ -56,10 +56,22 @@ def wants_store(body: dict) -> bool:
     return body.get("store") is not False
 
 
+def _answered(prior: Prior, own: list[dict]) -> list[dict]:
+    """The input items a response keeps: a chain's whole history, else its own input."""
+    return [*prior.items, *own] if prior.source == "previous_response_id" else own
+
+
+def _check_background(body: dict) -> None:
+    if body.get("background") and not wants_store(body):
+        raise InvalidRequestError("Background responses must be stored: store=false cannot be "
+                                  "used with background=true.", param="background",
+                                  code="unsupported_parameter")
+
+
 @dataclass(slots=True)
 class Prior:
     """What a request continues: history items (as the API returns them) and where from."""
-    items: list[dict] = field(default_factory=list)
+    items: Sequence[dict] = field(default_factory=list)
     source: str = "input"             # "input" (nothing), "previous_response_id" or "conversation"
     conversation: str | None = None
 
@@ -68,11 +80,15 @@ class Prior:
         return inputs.items_turns(self.items, self.source) if self.items else []
 
 
+NO_PRIOR = Prior(items=())    # what a request that continues nothing continues (never changed)
+
+
 class ResponseState:
     def __init__(self, sim):
         self.sim = sim
         self.store: Store = sim.store
         self.shapes = sim.templates["store"]
+        self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
         self.jobs = Jobs(sim, self)
 
     def render(self, shape: str, **values) -> Any:
@@ -80,6 +96,14 @@ class ResponseState:
         return orjson.loads(self.shapes.body_json(shape=shape, **values))
 
     # ---- what a request continues -------------------------------------------------------
+    def known_prior(self, body: dict) -> Prior | None:
+        """`prior` without awaiting, for a request that continues nothing (most: no store
+        read, no coroutine); None when `prior` must read the store."""
+        if body.get("previous_response_id") or body.get("conversation"):
+            return None
+        _check_background(body)
+        return NO_PRIOR
+
     async def prior(self, body: dict) -> Prior:
         """Resolve `previous_response_id` / `conversation`; 404 when either names nothing."""
         previous, conversation = body.get("previous_response_id"), conversation_id(body)
@@ -88,10 +112,7 @@ class ResponseState:
                 "Mutually exclusive parameters: Ensure you are only providing one of: "
                 "'previous_response_id' or 'conversation'.", param="conversation",
                 code="mutually_exclusive_parameters")
-        if body.get("background") and not wants_store(body):
-            raise InvalidRequestError("Background responses must be stored: store=false cannot be "
-                                      "used with background=true.", param="background",
-                                      code="unsupported_parameter")
+        _check_background(body)
         if previous:
             record = await self.store.get_response(previous)
             if record is None:
@@ -150,7 +171,7 @@ class ResponseState:
         status it carries), kept as written, or the Replay that renders it when read."""
         if not wants_store(body):
             return
-        answered = [*prior.items, *own] if prior.source == "previous_response_id" else own
+        answered = _answered(prior, own)
         background = bool(body.get("background"))
         if snapshot.__class__ is bytes:
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
@@ -162,6 +183,16 @@ class ResponseState:
         else:
             record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation)
         await self.store.put_response(record, frames)
+
+    def saved_now(self, body: dict, prior: Prior, own: list[dict], snapshot: bytes, plan) -> bool:
+        """`save` of the JSON a handler wrote from `plan`, done at once by a store that can
+        (the memory store: no record, no coroutine); False when `save` must do it."""
+        put = self._put_json
+        if put is None:
+            return False
+        put(plan.id, snapshot, plan.status, _answered(prior, own), bool(body.get("background")),
+            prior.conversation)
+        return True
 
     async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
         """A response ended: its input and output join its conversation, if it has one."""

@@ -17,7 +17,8 @@ class ResponsesHandlers:
         sim = self.sim
         start = sim.clock.began(received_at())
         fault = await sim.faults.begin("responses", body, request_headers())
-        prior = await sim.state.prior(body)      # previous_response_id / conversation history
+        # previous_response_id / conversation history (none: known at once)
+        prior = sim.state.known_prior(body) or await sim.state.prior(body)
         ctx = sim.context(body["model"])
         plan = planning.plan_response(body, ctx, prior.turns)
         if fault:                       # (a request with no fault calls none of it)
@@ -41,7 +42,8 @@ class ResponsesHandlers:
             await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
         if store:                                           # the store keeps these bytes
-            await sim.state.save(body, prior, own, content, plan=plan)
+            if not sim.state.saved_now(body, prior, own, content, plan):
+                await sim.state.save(body, prior, own, content, plan=plan)
             if prior.conversation:                          # its items join the conversation
                 await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
