@@ -12,9 +12,9 @@ Per request, the first trigger that names a fault wins:
    (one draw per request, whatever happens, so the sequence is reproducible); rates adding
    up to more than 1 are scaled down to add up to 1 (every request fails).
 
-A handler makes one call, ``fault = await sim.faults.begin(api, body, headers)``: immediate
-errors are raised there (a ``timeout`` first waits), and the returned `llmsim.injection.Injection`
-shapes the plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events,
+A handler makes one call, ``fault = sim.faults.begin(api, body, headers)``: immediate
+errors are raised there (a ``timeout``'s, by ``await fault.wait()`` when ``fault.waits``), and the
+returned `llmsim.injection.Injection` shapes the plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events,
 **ctx)`: a mid-stream error or drop after k tokens). With no fault, both hand their input back.
 """
 from __future__ import annotations
@@ -232,11 +232,13 @@ class FaultInjector:
                              code=kind.code, headers=headers,
                              param=kind.param.format_map(values) if kind.param else None)
 
-    async def begin(self, api: str, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> "Injection":
+    def begin(self, api: str, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> "Injection":
         """The one call a handler makes per request (api: responses | chat | websocket).
 
-        Raises the fault's APIError when it fails at once (after waiting, for a timeout), or
-        ConnectionDrop; otherwise returns what the fault does to the plan and the stream.
+        Raises the fault's APIError when it fails at once, or ConnectionDrop; otherwise returns
+        what the fault does to the plan and the stream. A timeout's `waits`: the handler
+        awaits its `wait()`, which raises the error once the timeout has passed (a call, not
+        a coroutine, for every other request).
         """
         fault = self.pick((headers or {}).get(HEADER))
         if fault is None:
@@ -246,8 +248,7 @@ class FaultInjector:
         effect = fault.kind.effect
         streaming = api == "websocket" or bool(body.get("stream"))
         if effect == "timeout":
-            await self.clock.sleep_until(self.clock.now() + fault.timeout_after_ms / 1000)
-            raise self.error(fault, api, body)
+            return Injection(self, fault, api, body, waits=True)
         if effect == "content_filter":
             return Injection(self, fault, api, body)
         if not streaming or (effect == "error" and fault.after_tokens is None):

@@ -85,7 +85,8 @@ class Front:
             return send(message)
         try:
             try:
-                admitted = await self.guard.admit(scope, receive, headers)
+                guard = self.guard
+                admitted = guard.admitted(scope, receive, headers) or await guard.admit(scope, receive, headers)
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted
@@ -99,8 +100,8 @@ class Front:
                     "The server had an error while processing your request."))
             if response is None:
                 await self.app(scope, receive, observed_send)
-            else:
-                await self._respond(scope, receive, observed_send, response, ex)
+            elif not self._responded(scope, response, ex):
+                await response(scope, receive, observed_send)
         except ConnectionDrop:
             if not ex.status:       # headers promising a body that never comes
                 await send({"type": "http.response.start", "status": 200,
@@ -108,9 +109,10 @@ class Front:
         finally:
             observer.end(ex)
 
-    async def _respond(self, scope, receive, observed_send, response: Response, ex) -> None:
-        """`response` to the client: its head, and a JSON answer whole, in one write where the
-        connection allows (llmsim.connection.responder)."""
+    def _responded(self, scope, response: Response, ex) -> bool:
+        """Whether `response` went to the client here: its head, and a JSON answer whole, in
+        one write where the connection allows (llmsim.connection.responder). If not, the
+        caller sends it (an SSE response: its body, after the head written here)."""
         respond = responder(scope) if scope["method"] != "HEAD" else None
         if respond is not None and response.background is None:
             status = response.status_code
@@ -118,8 +120,8 @@ class Front:
             if isinstance(response, SSEResponse):
                 response.head_written = respond(status, headers, None)
             elif respond(status, headers, response.body):
-                return
-        await response(scope, receive, observed_send)
+                return True
+        return False
 
     async def _admin(self, scope, receive, send) -> None:
         headers = dict(scope["headers"])

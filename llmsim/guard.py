@@ -32,15 +32,23 @@ class Guard:
             if length is not None and length.isdigit() and int(length) > self.limit:
                 raise self._too_large(length.decode("latin-1"))
 
+    def admitted(self, scope, receive, headers: dict):
+        """`admit` when no body has to be read for it (one with a length, or none): (scope,
+        receive) at once; None for a chunked body, which `admit` reads."""
+        self.check(scope, headers)
+        if b"content-length" in headers or b"transfer-encoding" not in headers:
+            return (scope if b"content-type" in headers else _typed(scope)), receive
+        return None
+
     async def admit(self, scope, receive, headers: dict):
         """(scope, receive) as the app should see them, or None when the client left while
         its chunked body was read; APIError (`check`'s, or the chunked body over the limit)
         when the request may not go on."""
-        self.check(scope, headers)
-        if b"content-type" not in headers and scope["method"] in BODY_METHODS:
-            scope = {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
-        if b"content-length" in headers or b"transfer-encoding" not in headers:
-            return scope, receive
+        admitted = self.admitted(scope, receive, headers)
+        if admitted is not None:
+            return admitted
+        if b"content-type" not in headers:
+            scope = _typed(scope)
         # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
         body = await self._read_chunked(receive)
         if body is None:
@@ -111,3 +119,10 @@ def _auth_error(headers: dict) -> AuthenticationError:
     shown = f"{token[:3]}{'*' * 4}{token[-4:]}" if len(token) > 8 else "*" * len(token)
     return AuthenticationError(f"Incorrect API key provided: {shown}. You can find your API key "
                                "at https://platform.openai.com/account/api-keys.")
+
+
+def _typed(scope):
+    """A request without a content-type: read as JSON if its method has a body."""
+    if scope["method"] in BODY_METHODS:
+        return {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
+    return scope

@@ -34,9 +34,16 @@ class Injection:
     fault: Fault | None = None
     api: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)
+    waits: bool = False         # a timeout: `await wait()` comes first (it raises)
 
     def __bool__(self) -> bool:
         return self.fault is not None
+
+    async def wait(self) -> None:
+        """A timeout fault: its error, once the timeout has passed."""
+        injector, fault = self.injector, self.fault
+        await injector.clock.sleep_until(injector.clock.now() + fault.timeout_after_ms / 1000)
+        raise injector.error(fault, self.api, self.body)
 
     @property
     def after_tokens(self) -> int:

@@ -231,7 +231,9 @@ class Connection:
         sim = self.sim
         start, began = sim.clock.now(), time.perf_counter()
         body, generate = parse_frame(raw, self.endpoint.validator)
-        fault = await sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
+        fault = sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
+        if fault.waits:                 # a timeout: its error, once the timeout has passed
+            await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
         events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)

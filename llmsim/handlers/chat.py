@@ -15,7 +15,9 @@ class ChatHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(received_at())
-        fault = await sim.faults.begin("chat", body, request_headers())
+        fault = sim.faults.begin("chat", body, request_headers())
+        if fault.waits:                 # a timeout: its error, once the timeout has passed
+            await fault.wait()
         plan = chatplan.plan_chat(body, sim.context(body["model"]))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)

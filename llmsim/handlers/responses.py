@@ -16,7 +16,9 @@ class ResponsesHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(received_at())
-        fault = await sim.faults.begin("responses", body, request_headers())
+        fault = sim.faults.begin("responses", body, request_headers())
+        if fault.waits:                 # a timeout: its error, once the timeout has passed
+            await fault.wait()
         # previous_response_id / conversation history (none: known at once)
         prior = sim.state.known_prior(body) or await sim.state.prior(body)
         ctx = sim.context(body["model"])
