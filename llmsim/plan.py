@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from llmsim import ids, inputs, latency, textgen, toolcalls
@@ -100,7 +100,6 @@ class Plan:
     first_token_at: float
     end_at: float
     effort: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def output_text(self) -> str:
