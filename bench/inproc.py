@@ -127,6 +127,8 @@ class CountingConnection:
     request cycle, flow control and transport, in one object), counting the chunks written."""
     chunked_encoding, write_paused, disconnected, response_complete = True, False, False, False
     on_lost = None
+    default_headers: list = []      # the server's own (`date`, `server`): none here
+    keep_alive = True
     chunks = 0                  # written by every connection
 
     def __init__(self, scope: dict):
