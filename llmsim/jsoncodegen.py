@@ -34,6 +34,7 @@ build, this module's JSON.
 from __future__ import annotations
 
 import itertools
+from ast import literal_eval
 from contextlib import contextmanager
 import re
 from typing import Any, Callable, NamedTuple
@@ -351,7 +352,7 @@ class JsonCodegen:
             local, is_json = self._subst[whole[2:-2]]
             if is_json:                             # a `$with` value, already JSON
                 self._var(whole[2:-2])
-                return Gen(local)
+                return _const(literal_eval(local)) if local[0] == "b" else Gen(local)
         code = self.value_code(text, where)
         if not self._may_omit(text):
             echoed = echoed_with_default(code)
@@ -603,6 +604,12 @@ class JsonCodegen:
         the object only writes it out whole), and the variables as the object reads them."""
         raw, binds, subst = self.raw_objects[name], [], dict(self._subst)
         for var, node in extra.items():
+            if node is None or isinstance(node, (bool, int, str)) and "{" not in str(node):
+                # a constant: its JSON written in place (a chat chunk's `usage: null`) or its
+                # literal read, no local
+                whole = self._used_whole(raw, var, set())
+                subst[var] = (repr(dumps(node)), True) if whole else (repr(node), False)
+                continue
             local, at = f"_wv{next(self._ids)}", f"{where}.$with.{var}"
             if isinstance(node, (list, dict)) and self._used_whole(raw, var, set()):
                 gen = self.gen(node, at)

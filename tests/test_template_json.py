@@ -397,6 +397,27 @@ body: {$for: "v in values", $do: {$object: "kind_{{ v }}", $with: {w: "{{ [v] }}
     assert orjson.loads(t.body_json(values=["a"])) == [{"a": ["a"]}]
 
 
+def test_constant_with_values_are_written_whole_and_read_in_expressions(compile_one):
+    """`$with` constants (null, a bool, a number, a string) give the same JSON written out
+    whole and the same value read in an expression, in events and in a body."""
+    t = compile_one("""
+objects:
+  shown: {v: "{{ v }}", is_none: "{{ v is none }}", doubled: "{{ [v, v] }}", n: "{{ seq }}"}
+body:
+  - {$object: shown, $with: {v: null, seq: 0}}
+  - {$object: shown, $with: {v: true, seq: 0}}
+  - {$object: shown, $with: {v: 7, seq: 0}}
+  - {$object: shown, $with: {v: queued, seq: 0}}
+stream:
+  - event: e
+    data: [{$object: shown, $with: {v: null}}, {$object: shown, $with: {v: queued}}]
+""")
+    expected = [{"v": v, "is_none": v is None, "doubled": [v, v], "n": 0} for v in (None, True, 7, "queued")]
+    assert orjson.loads(t.body_json()) == expected
+    (event,) = list(t.events())
+    assert event.json == dumps([{**expected[0]}, {**expected[3]}])
+
+
 def test_an_expression_reads_a_key_of_any_mapping_as_jinja_does(tmp_path):
     """Generated code reads `m.k` of a dict by item and of anything else by attribute; of a
     mapping that is no dict it falls back to the exact (jinja) path, which reads the item."""
