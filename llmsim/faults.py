@@ -13,9 +13,10 @@ Per request, the first trigger that names a fault wins:
    up to more than 1 are scaled down to add up to 1 (every request fails).
 
 A handler makes one call, ``fault = sim.faults.begin(api, body, headers)``: immediate
-errors are raised there (a ``timeout``'s, by ``await fault.wait()`` when ``fault.waits``), and the
-returned `llmsim.injection.Injection` shapes the plan (`fault.shape(plan)`: content filter) and the stream (`fault.stream(events,
-**ctx)`: a mid-stream error or drop after k tokens). With no fault, both hand their input back.
+errors are raised there (a ``timeout``'s by ``await fault.wait()``, when ``fault.waits``), and
+the returned `llmsim.injection.Injection` shapes the plan (`fault.shape(plan)`: content
+filter) and the stream (`fault.stream(events, **ctx)`: a mid-stream error or drop after k
+tokens). With no fault, both hand their input back.
 """
 from __future__ import annotations
 

@@ -21,7 +21,6 @@ closure writer gives the bytes or the error.
 from __future__ import annotations
 
 import ast
-from ast import literal_eval
 from typing import Any, NamedTuple
 
 import orjson
@@ -173,7 +172,7 @@ class ValueCodegen:
             local, is_json = cg._subst[whole[2:-2]]
             if is_json:                             # a `$with` value, already JSON
                 cg._var(whole[2:-2])
-                return Value(self._fragment(literal_eval(local)) if local[0] == "b" else f"_F({local})")
+                return Value(self._fragment(ast.literal_eval(local)) if local[0] == "b" else f"_F({local})")
         code = cg.value_code(text, where)
         if cg._may_omit(text):
             return Value(code, True)
