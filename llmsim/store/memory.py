@@ -28,7 +28,7 @@ from typing import Sequence
 import orjson
 
 from llmsim.jsonbytes import dumps
-from llmsim.store.base import ACTIVE, NEVER, Bounds, Conversation, StoredResponse, frames_after, pack
+from llmsim.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 SWEEP_EVERY = 256
 
@@ -104,8 +104,7 @@ class MemoryStore:
                  background: bool, conversation: str | None) -> None:
         """`put_response` of the JSON a handler wrote, with no SSE frames, made at once (not a
         coroutine) from its parts (no record): a stored non-streamed answer."""
-        ttl = self.bounds.ttl_s
-        entry = _Response(NEVER if ttl is None else time.time() + ttl, status, b"%b" % response_json,
+        entry = _Response(self.bounds.expires(time.time()), status, b"%b" % response_json,
                           (input_items, background, conversation), 0, [])
         self._created(self._responses, response_id, entry)
 
