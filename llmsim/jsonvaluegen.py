@@ -65,8 +65,7 @@ class ValueCodegen:
         if kind == "list":
             return self._list(node, where)
         generate = self._kinds.get(kind)
-        if generate is None or (kind == "$object" and not self._inlinable(node["$object"])
-                                and self._picks(node) is None):
+        if generate is None:
             return self._called(node, where)
         return self._sealed(node, where, generate)
 
@@ -247,6 +246,8 @@ class ValueCodegen:
                 omittable |= picked.omittable
             other = self._called(node, where)
             return Value(f"({''.join(branches)}{other.code})", omittable or other.omittable)
+        if not self._inlinable(name):
+            return self._called(node, where)
         binds, subst = cg.with_binds(name, node.get("$with") or {}, where)
         with cg.inlining(name, subst):
             value = self.gen(cg.raw_objects[name], f"objects.{name}")
