@@ -57,6 +57,11 @@ class Gen(NamedTuple):
     const: bytes | None = None
     omittable: bool = False
     parts: tuple = ()       # when `code` joins these (bytes and code): a parent joins them itself
+    choice: tuple = ()      # when `code` is `gens[0].code if tests[0] else ... else other`:
+                            # (tests, gens, other); a parent's join goes into each branch
+
+
+MAX_CHOICE_CODE = 40_000    # characters: a join is put into a choice's branches up to this
 
 
 def _const(data: bytes) -> Gen:
@@ -71,7 +76,15 @@ def _commas(parts) -> bytes:
 
 def _joined(parts: list) -> Gen:
     """Code joining `parts` (bytes literals, code strings, and Gens: a join's parts are taken
-    into this one), adjacent literals merged."""
+    into this one), adjacent literals merged. A part that chooses between values (an
+    `$object` named by expression, an `$if`) takes the join into each of its branches, so
+    that a chat chunk is one join (its object, its choices list, the choice picked by its
+    kind, and the SSE frame around it) rather than one per level."""
+    choices = [i for i, part in enumerate(parts) if isinstance(part, Gen) and part.choice]
+    if len(choices) == 1 and len(parts) > 1:
+        distributed = _distributed(parts, choices[0])
+        if distributed is not None:
+            return distributed
     merged: list = []
     for part in parts:
         for piece in (part.parts or (part.code,)) if isinstance(part, Gen) else (part,):
@@ -83,6 +96,19 @@ def _joined(parts: list) -> Gen:
     if len(code) == 1:
         return Gen(code[0])
     return Gen(f'b"".join(({", ".join(code)},))', parts=tuple(merged))
+
+
+def _distributed(parts: list, at: int) -> Gen | None:
+    """`parts` joined inside each branch of the choice `parts[at]`; None when that code grows
+    past `MAX_CHOICE_CODE` (choices within choices)."""
+    tests, gens, other = parts[at].choice
+    before, after = parts[:at], parts[at + 1:]
+    branches = tuple(_joined([*before, gen if gen.const is None else gen.const, *after]) for gen in gens)
+    rest = _joined([*before, Gen(other), *after]).code
+    code = "(" + "".join(f"{gen.code} if {test} else " for test, gen in zip(tests, branches)) + rest + ")"
+    if len(code) > MAX_CHOICE_CODE:
+        return None
+    return Gen(code, choice=(tests, branches, rest))
 
 
 def _concat(parts: list) -> str:
@@ -141,7 +167,7 @@ class JsonCodegen:
         self._local_loops: list[str] = []         # variables of the `$for`s being generated
         # while an object is inlined: its `$with` variables -> (the local holding the value,
         # whether it holds the value's JSON bytes rather than the value)
-        self._subst: dict[str, tuple[str, bool]] = {}
+        self._subst: dict[str, tuple[str | Gen, bool]] = {}
         self._inlining: set[str] = set()          # objects being inlined (no recursion)
         self._kinds = {"string": self._leaf, "list": self._list, "$object": self._object,
                        "$for": self._for, "$if": self._if, "dict": self._dict,
@@ -170,6 +196,10 @@ class JsonCodegen:
             fast = lambda ctx: data         # noqa: E731
         else:
             fast = self._define(gen.code, names)
+            if not gen.omittable:       # for an SSE stream: the frame around it, in the same join
+                fast.framed = lambda head, end, ctx, given=None: self._body_lines(
+                    _joined([head, gen, end]).code,
+                    names, ctx, given or {})
         if name is not None:
             self.fast[name] = fast
         if gen.const is not None or not self.GUARDED:
@@ -235,6 +265,8 @@ class JsonCodegen:
             self._names.add(name)
             return f"_n_{name}"
         local, is_json = bound
+        if isinstance(local, Gen):
+            local = local.code
         return f"_F({local})" if is_json else local     # JSON bytes: the value orjson writes
 
     def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
@@ -352,6 +384,8 @@ class JsonCodegen:
             local, is_json = self._subst[whole[2:-2]]
             if is_json:                             # a `$with` value, already JSON
                 self._var(whole[2:-2])
+                if isinstance(local, Gen):          # generated here (`with_binds`, in place)
+                    return local
                 return _const(literal_eval(local)) if local[0] == "b" else Gen(local)
         code = self.value_code(text, where)
         if not self._may_omit(text):
@@ -558,16 +592,18 @@ class JsonCodegen:
         dotted, picks = found
         value = self.value_code("{{" + dotted + "}}", f"{where}.$object")
         v = f"_v{next(self._ids)}"
-        branches = []
+        tests, gens = [], []
         for i, (part, obj) in enumerate(picks.items()):
-            gen = self._inline(obj, {}, where)
-            test = f"({v} := {value}) == {part!r}" if i == 0 else f"{v} == {part!r}"
-            branches.append(f"{gen.code} if {test} else ")
+            gens.append(self._inline(obj, {}, where))
+            tests.append(f"({v} := {value}) == {part!r}" if i == 0 else f"{v} == {part!r}")
         for reads in self._reads:           # the fallback's reads are not tracked here
             reads.add("__opaque__")
         # any other value names no object (the fallback raises): omitted only if a pick omits
         omittable = any(self._object_may_omit(obj, set()) for obj in picks.values())
-        return Gen(f"({''.join(branches)}{self._object_function(name, False, where)}(ctx))", omittable=omittable)
+        other = f"{self._object_function(name, False, where)}(ctx)"
+        code = "(" + "".join(f"{gen.code} if {test} else " for test, gen in zip(tests, gens)) + other + ")"
+        return Gen(code, omittable=omittable,
+                   choice=() if omittable else (tuple(tests), tuple(gens), other))
 
     def _inlinable(self, name: str, seen: set) -> bool:
         """Whether the object `name` can be written in its user's code: it exists, is not
@@ -592,16 +628,19 @@ class JsonCodegen:
 
     def _inline(self, name: str, extra: dict, where: str) -> Gen:
         """The object's code in place, each `$with` value computed first into a local."""
-        binds, subst = self.with_binds(name, extra, where)
+        binds, subst = self.with_binds(name, extra, where, in_place=True)
         with self.inlining(name, subst):
             gen = self.gen(self.raw_objects[name], f"objects.{name}")
         if not binds or gen.const is not None:
             return gen
         return Gen(f"({', '.join(binds)}, {gen.code})[-1]", omittable=gen.omittable)
 
-    def with_binds(self, name: str, extra: dict, where: str) -> tuple[list[str], dict]:
+    def with_binds(self, name: str, extra: dict, where: str, in_place: bool = False) -> tuple[list[str], dict]:
         """Code binding each `$with` value of the object `name` to a local (its JSON bytes when
-        the object only writes it out whole), and the variables as the object reads them."""
+        the object only writes it out whole), and the variables as the object reads them.
+        `in_place`: a list or mapping the object writes out whole exactly once is not bound
+        but generated where it is written (its `Gen` in the substitutions), so that the
+        object's join takes in its parts."""
         raw, binds, subst = self.raw_objects[name], [], dict(self._subst)
         for var, node in extra.items():
             if node is None or isinstance(node, (bool, int, str)) and "{" not in str(node):
@@ -614,6 +653,9 @@ class JsonCodegen:
             if isinstance(node, (list, dict)) and self._used_whole(raw, var, set()):
                 gen = self.gen(node, at)
                 if not gen.omittable:
+                    if in_place and self._whole_uses(raw, var, set()) == 1:
+                        subst[var] = (gen, True)    # written where it is used: one join
+                        continue
                     binds.append(f"({local} := {gen.code})")
                     subst[var] = (local, True)
                     continue
@@ -666,6 +708,27 @@ class JsonCodegen:
                 self._used_whole(node.get(k), var, seen) for k in ("$then", "$else"))
         return all(self._used_whole(v, var, seen) for v in node.values())
 
+    def _whole_uses(self, node: Any, var: str, seen: set) -> int:
+        """How many times `node` (where `_used_whole` holds for `var`) writes `var` out, the
+        objects it embeds included; 2 (more than once) when that is not plain: a use inside a
+        loop, or an embedded object that binds `var` itself."""
+        if isinstance(node, str):
+            return int(node.replace(" ", "") == "{{" + var + "}}")
+        if isinstance(node, list):
+            return sum(self._whole_uses(v, var, seen) for v in node)
+        if not isinstance(node, dict):
+            return 0
+        if "$for" in node:
+            return 2 * bool(self._whole_uses(node.get("$do"), var, seen))
+        if "$object" in node:
+            name, extra = node["$object"], node.get("$with") or {}
+            if var in extra or name in seen:
+                return 2
+            return self._whole_uses(self.raw_objects.get(name), var, seen | {name})
+        if "$if" in node:
+            return sum(self._whole_uses(node.get(k), var, seen) for k in ("$then", "$else"))
+        return sum(self._whole_uses(v, var, seen) for v in node.values())
+
     def _object_may_omit(self, name: str, seen: set) -> bool:
         if name in seen:
             return True
@@ -707,5 +770,6 @@ class JsonCodegen:
         test = self.value_code(node["$if"], f"{where}.$if")
         then = self.gen(node.get("$then"), f"{where}.$then")
         other = self.gen(node["$else"], f"{where}.$else") if "$else" in node else Gen("None", omittable=True)
-        return Gen(f"({then.code} if {test} else {other.code})",
-                   omittable=then.omittable or other.omittable)
+        omittable = then.omittable or other.omittable
+        return Gen(f"({then.code} if {test} else {other.code})", omittable=omittable,
+                   choice=() if omittable else ((test,), (then,), other.code))

@@ -44,13 +44,27 @@ from llmsim.jsoncodegen import LOOP_MEMO
 from llmsim.template_syntax import LOOP
 
 
+class _Data:
+    """A JSON step's data: `_json`, its bytes, in the events function; in the SSE function,
+    when its writer's code is written in place, `_f`, the whole frame (head, JSON and end in
+    one join)."""
+    __slots__ = ("plain", "framed")
+
+    def __init__(self, plain: list[str], framed: list[str] | None):
+        self.plain, self.framed = plain, framed
+
+    def lines(self, sse_frames: bool, event_class: type) -> list[str]:
+        return self.framed if sse_frames and self.framed is not None else self.plain
+
+
 class _Yield:
     """Where a step emits its event: an `Event` in the events function, and in the SSE
-    function a (due time, frame) pair whose frame head is a constant (llmsim.sse)."""
-    __slots__ = ("pad", "name", "raw")
+    function a (due time, frame) pair whose frame head is a constant (llmsim.sse); `framed`:
+    the frame `_f` is made already (`_Data`)."""
+    __slots__ = ("pad", "name", "raw", "framed")
 
-    def __init__(self, pad: str, name: str | None, raw: str | None = None):
-        self.pad, self.name, self.raw = pad, name, raw
+    def __init__(self, pad: str, name: str | None, raw: str | None = None, framed: bool = False):
+        self.pad, self.name, self.raw, self.framed = pad, name, raw, framed
 
     def lines(self, sse_frames: bool, event_class: type) -> list[str]:
         pad, name = self.pad, self.name
@@ -58,6 +72,8 @@ class _Yield:
             if sse_frames:
                 return [f"{pad}yield _at, {sse.frame(event_class(name, self.raw, 0.0, True))!r}"]
             return [f"{pad}yield Event({name!r}, {self.raw!r}, _at, True)"]
+        if sse_frames and self.framed:
+            return [f"{pad}yield _at, _f"]
         if sse_frames:      # (a writer that gave no bytes: the frame of its Event, e.g. `null`)
             return [f"{pad}try:", f"{pad}    _f = {sse.head(name)!r} + _json + {sse.END!r}",
                     f"{pad}except TypeError:", f"{pad}    _f = _frame(Event({name!r}, None, _at, False, _json))",
@@ -86,7 +102,7 @@ class StepCodegen:
         for sse_frames in (False, True):
             name = f"_stream{next(self._ids)}"
             body = [part for line in lines for part in (
-                line.lines(sse_frames, self.event_class) if isinstance(line, _Yield) else (line,))]
+                line.lines(sse_frames, self.event_class) if isinstance(line, (_Data, _Yield)) else (line,))]
             source = "\n".join([f"def {name}(ctx, clock):", "    _at, _seq = clock", *body,
                                 "    return", "    yield", ""])
             exec(compile(source, f"<stream {where}>", "exec"), self.namespace)  # noqa: S102 - our own code
@@ -148,8 +164,26 @@ class StepCodegen:
         # what outer loops bound keeps its value while the innermost loop runs
         fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
         writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
-        self._call("_json", writer, ctx, pad, lines, {**held, "seq": "_seq"})
-        lines += [f"{pad}_seq += 1", _Yield(pad, name)]
+        given, plain = {**held, "seq": "_seq"}, []
+        self._call("_json", writer, ctx, pad, plain, given)
+        framed = self._framed(writer, name, ctx, pad, given)
+        lines += [_Data(plain, framed), f"{pad}_seq += 1", _Yield(pad, name, framed=framed is not None)]
+
+    def _framed(self, writer: Callable, name: str | None, ctx: str, pad: str,
+                held: dict[str, str]) -> list[str] | None:
+        """`_f = ` a JSON step's SSE frame, its writer's code in place with the frame's head
+        and end joined in (a chat chunk: one join for the frame); None when the writer has
+        no such code (it may omit its value, or was not generated)."""
+        fast = getattr(writer, "fast", writer)
+        framed = getattr(fast, "framed", None)
+        if framed is None:
+            return None
+        *statements, value = framed(sse.head(name), sse.END, ctx, held)
+        if fast is writer:      # unguarded (tests): it raises where it would fall back
+            return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
+        fallback = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({ctx})))"
+        return [f"{pad}try:", *(f"{pad}    {line}" for line in statements), f"{pad}    _f = {value}",
+                f"{pad}except Exception:", f"{pad}    _f = {fallback}"]
 
     def _time(self, node: Any, where: str, ctx: str, pad: str, lines: list[str],
               held: dict[str, str]) -> None:

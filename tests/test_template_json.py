@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import orjson
 import pytest
 
-from llmsim import chatplan
+from llmsim import chatplan, sse
 from llmsim import plan as planning
 from llmsim.clock import FakeClock
 from llmsim.errors import InvalidRequestError
@@ -166,6 +166,32 @@ stream:
     events = list(t.events(numbers=[3, JsonCodegen.MAX_PICKS]))
     assert [e.data for e in events] == [{"picked": {"n": 3, "v": 6}},
                                         {"picked": {"n": JsonCodegen.MAX_PICKS, "v": 16}}]
+
+
+def test_a_stream_frame_holds_the_object_its_chunk_picks_inside_a_list_of_another(compile_one):
+    t = compile_one("""
+objects:
+  chunk: {id: "{{ id }}", choices: "{{ choices }}", tail: 1}
+  kind_text: {text: "{{ text }}", more: {$if: "{{ text == 'b' }}", $then: [1], $else: {}}}
+  kind_1: {one: "{{ text }}"}
+  kind_stop: {stop: true}
+stream:
+  - for: "kind, text in items"
+    steps:
+      - event: delta
+        data: {$object: chunk, $with: {choices: [{$object: "kind_{{ kind }}"}]}}
+  - {event: done, data: {n: "{{ seq }}"}}
+""")
+    items = [("text", "a"), ("text", "b"), (1, "é"), ("stop", None)]
+    frames = [frame for _, frame in t.frames(id="c1", items=items)]
+    assert frames == [frame for _, frame in sse.framed(t.events(id="c1", items=items))]
+    assert [orjson.loads(f.split(b"data: ", 1)[1]) for f in frames] == [
+        {"id": "c1", "choices": [{"text": "a", "more": {}}], "tail": 1},
+        {"id": "c1", "choices": [{"text": "b", "more": [1]}], "tail": 1},
+        {"id": "c1", "choices": [{"one": "é"}], "tail": 1},
+        {"id": "c1", "choices": [{"stop": True}], "tail": 1},
+        {"n": 4}]
+    assert frames[0].startswith(b"event: delta\ndata: ") and frames[0].endswith(b"\n\n")
 
 
 def test_a_loop_over_request_data_is_written_anew_when_it_reads_what_each_event_binds(compile_one):
