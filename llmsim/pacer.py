@@ -2,9 +2,10 @@
 
 Paced per task, each stream sleeps until its next event, and every event costs a timer, a
 future, a task step and a trip through two async generators. With a thousand streams at
-20 ms gaps that is 50,000 wake-ups a second. Here each stream is a small state machine on
-one heap: when the loop's single timer fires, every stream due writes its due events from
-the timer callback itself, and the request's task only waits for its stream to end. The
+20 ms gaps that is 50,000 wake-ups a second. Here each stream is a small state machine in
+one wheel of millisecond slots: when the loop's single timer fires, every stream due writes
+its due events from the timer callback itself, and the request's task only waits for its
+stream to end. The
 timer fires between loop steps, and one step may run a burst of requests (streams starting
 or ending by the hundred): each request also lets the streams write what is due as it starts
 and as it ends (`catch_up`, from llmsim.observer), so none waits for the whole burst.
@@ -18,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
-import itertools
 import time
 from typing import Any, Awaitable, Callable, Iterator
 
 from llmsim.errors import ConnectionDrop
+
+SLOT = 0.0001           # the finest slot of a Pacer (seconds): a clock finer than uvloop's
+INFINITE = 2**63
 
 
 def send_now(send: Callable[[dict], Awaitable[None]], message: dict) -> Awaitable[None] | None:
@@ -63,7 +66,7 @@ class PacedStream:
     """One stream: its items as (due time, item) pairs (an SSE frame, an event), when it
     began, how it writes; `done` resolves when it ends."""
     __slots__ = ("timed", "start", "write", "keepalive", "lateness", "clock", "context", "done",
-                 "pending", "stepped", "first_wait", "keepalive_at", "closed")
+                 "pending", "stepped", "first_wait", "keepalive_at", "closed", "due")
 
     def __init__(self, timed: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
@@ -71,7 +74,7 @@ class PacedStream:
         self.start = start
         self.write = write                  # a batch (list of items; [] = keep-alive) -> None or a wait
         self.keepalive = keepalive          # seconds between comment lines during the first wait
-        self.lateness = lateness
+        self.lateness = lateness            # a stats.Lateness: how late each batch left
         self.clock = clock                  # llmsim.clock: how late a batch left is read on it
         self.context = contextvars.copy_context()
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -80,6 +83,7 @@ class PacedStream:
         self.first_wait = True              # no event has yet been written after waiting for it
         self.keepalive_at: float | None = None
         self.closed = False
+        self.due = 0.0                      # when it next writes, while in a Pacer's slot
 
     def close(self) -> None:
         """Stop (the client left, or the response ended): nothing more is written."""
@@ -116,9 +120,13 @@ class PacedStream:
         if batch:
             self.first_wait = self.first_wait and not self.stepped
             wait = self.write(batch)
-            if self.lateness is not None:       # once written; on the stream's clock (precise)
+            lateness = self.lateness
+            if lateness is not None:            # once written; on the stream's clock (precise)
                 late = self.clock.now() - batch_due
-                self.lateness.observe(late if late > 0.0 else 0.0)
+                pending = lateness.pending      # (stats.Lateness.add, without its call)
+                pending.append(late if late > 0.0 else 0.0)
+                if len(pending) >= lateness.BATCH:
+                    lateness.count_pending()
         elif self.keepalive_at is not None and now >= self.keepalive_at:
             wait = self.write([])               # a comment line while waiting for the first token
         self.stepped, self.keepalive_at = True, None
@@ -156,60 +164,99 @@ class PacedStream:
 
 
 class Pacer:
-    """The streams of one event loop, ordered by when they next write; one timer."""
+    """The streams of one event loop, in slots by when they next write; one timer.
+
+    A slot holds the streams due within one step of the loop's clock (a millisecond under
+    uvloop), first added first; the slots' steps are kept in a heap of ints. Adding a stream
+    costs a dict look-up and an append, where a heap of (due time, order, stream) entries
+    cost a tuple and a dozen tuple comparisons. The timer is armed for the end of the
+    earliest slot, when all of it is due; nothing is written before it is due."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         # uvloop's time and timers are whole milliseconds: a timer for 0.4 ms ahead fires at
         # once and finds nothing due. The timer is therefore never armed less than one step
-        # of the clock ahead (no spinning), and nothing is written before it is due.
+        # of the clock ahead (no spinning).
         self.resolution = clock_resolution(loop)
-        self.heap: list = []
-        self.order = itertools.count()      # ties: first scheduled, first served
+        self.per_second = 1.0 / max(self.resolution, SLOT)     # slots per second
+        self.slots: dict[int, list[PacedStream]] = {}
+        self.ticks: list[int] = []          # heap: the slots' numbers
         self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = float("inf")
+        self.timer_tick = INFINITE          # the slot the timer is armed for the end of
+
+    def __bool__(self) -> bool:
+        """Whether any stream waits."""
+        return bool(self.ticks)
 
     def add(self, stream: PacedStream, at: float) -> None:
-        heapq.heappush(self.heap, (at, next(self.order), stream))
-        if at < self.timer_at:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer_at = at
-            self.timer = self.loop.call_at(at, self._fire)
+        stream.due = at
+        tick = int(at * self.per_second)
+        slot = self.slots.get(tick)
+        if slot is not None:
+            slot.append(stream)
+            return
+        self.slots[tick] = [stream]
+        heapq.heappush(self.ticks, tick)
+        if tick < self.timer_tick:
+            self._arm(tick, (tick + 1) / self.per_second)
+
+    def _arm(self, tick: int, at: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_tick = tick
+        self.timer = self.loop.call_at(at, self._fire)
 
     def _fire(self) -> None:
-        self.timer, self.timer_at = None, float("inf")
+        self.timer, self.timer_tick = None, INFINITE
         now = self.loop.time()      # the timers' own clock: never ahead of Clock.now (no early write)
         self._write_due(now)
-        if self.heap:
-            self.timer_at = max(self.heap[0][0], now + self.resolution)
-            self.timer = self.loop.call_at(self.timer_at, self._fire)
+        if self.ticks:
+            tick = self.ticks[0]
+            self._arm(tick, max((tick + 1) / self.per_second, now + self.resolution))
 
     def catch_up(self, now: float) -> None:
         """Write what fell due by `now` (the loop's time) while the loop runs other work. The
         timer fires between loop steps, and one step may run a burst of requests (a thousand
         streams arriving or ending: ~0.1-0.2 ms each): called between them, every stream's
-        due events leave within one request's work rather than after the whole step. The
-        timer stays armed; when it fires early it finds nothing due and waits again."""
-        heap = self.heap
-        if heap and heap[0][0] <= now:
+        due events leave within one request's work rather than after the whole step. Only
+        slots that ended before `now` are looked at (the current one is the timer's); the
+        timer stays armed, and when it fires early it finds nothing due and waits again."""
+        ticks = self.ticks
+        if ticks and ticks[0] < int(now * self.per_second):
             self._write_due(now)
 
     def _write_due(self, now: float) -> None:
-        heap, order = self.heap, self.order
-        while heap and heap[0][0] <= now:
-            entry = heap[0]
-            stream = entry[2]
-            following = None if stream.closed else stream.context.run(stream.step, now)
-            if heap[0] is not entry:    # the step added a stream due before it (no known path)
-                heap.remove(entry)
-                heapq.heapify(heap)
-                if following is not None:
-                    heapq.heappush(heap, (following, next(order), stream))
-            elif following is None:
-                heapq.heappop(heap)
-            else:                       # back in its place for its next write, in one sift
-                heapq.heapreplace(heap, (following, next(order), stream))
+        """Step every stream due by `now`: whole slots that ended before it, and in the slot
+        `now` is in, the streams due by then (the others wait there)."""
+        slots, ticks, per_second = self.slots, self.ticks, self.per_second
+        current = int(now * per_second)
+        waiting: list[PacedStream] = []
+        while ticks and ticks[0] <= current:
+            tick = heapq.heappop(ticks)
+            partly = tick == current
+            for stream in slots.pop(tick):
+                if stream.closed:
+                    continue
+                if partly and stream.due > now:
+                    waiting.append(stream)
+                    continue
+                following = stream.context.run(stream.step, now)
+                if following is not None:       # (a stream whose write waits adds itself later)
+                    stream.due = following
+                    step = int(following * per_second)
+                    slot = slots.get(step)
+                    if slot is not None:
+                        slot.append(stream)
+                    else:
+                        slots[step] = [stream]
+                        heapq.heappush(ticks, step)
+        if waiting:
+            slot = slots.get(current)
+            if slot is None:
+                slots[current] = waiting
+                heapq.heappush(ticks, current)
+            else:
+                slot[:0] = waiting
 
 
 def clock_resolution(loop: asyncio.AbstractEventLoop) -> float:
@@ -242,7 +289,7 @@ class _Pacers:
         loop = asyncio.get_running_loop()
         now = loop.time()
         pacer = self.last
-        if pacer is not None and pacer.heap and pacer.loop is loop:
+        if pacer is not None and pacer.ticks and pacer.loop is loop:
             pacer.catch_up(now)
 
     def get(self) -> Pacer:
