@@ -2,7 +2,7 @@
 
 Fed by llmsim.observer (one call when an HTTP request or WebSocket connection
 starts and one when it ends), by the few places that know the plan (`record`, `error`)
-and by the SSE pacer (`lateness.observe`, once per written batch). State is plain ints and
+and by the SSE pacer (`lateness`, once per written batch). State is plain ints and
 fixed-bucket histograms, so a request costs a few dozen increments and no allocation per
 token. `snapshot()` is that state as plain data; under `--workers N` each worker writes its
 snapshot to `stats_dir` every `SHARE_INTERVAL` seconds and whichever worker answers merges
@@ -83,6 +83,50 @@ class Histogram:
         sums = self.sums
         return {"counts": [[i, c, sums[i]] for i, c in enumerate(self.counts) if c],
                 "sum": sum(sums), "max": self.max}
+
+
+class Lateness(Histogram):
+    """The SSE pacer's histogram, fed once per written batch (50,000 times a second with a
+    thousand paced streams). A value is appended to `pending` (no bucket search, no call:
+    ~3k instructions less each) and the pending values are counted in one pass, sorted and
+    merged with the bucket bounds, once `BATCH` have gathered (`add`) or when read."""
+    __slots__ = ("pending",)
+    BATCH = 4096
+
+    def __init__(self):
+        super().__init__()
+        self.pending: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        """Observe `seconds` later (what the pacer does inline, `pending` and `BATCH`)."""
+        pending = self.pending
+        pending.append(seconds)
+        if len(pending) >= self.BATCH:
+            self.count_pending()
+
+    def count_pending(self) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        pending.sort()
+        counts, sums, bounds = self.counts, self.sums, BOUNDS
+        i, last = 0, len(bounds)
+        for seconds in pending:
+            while i < last and bounds[i] < seconds:     # bisect_left, values in order
+                i += 1
+            counts[i] += 1
+            sums[i] += seconds
+        if pending[-1] > self.max:
+            self.max = pending[-1]
+        pending.clear()
+
+    def observe(self, seconds: float, n: int = 1, _bounds=BOUNDS) -> None:
+        self.count_pending()
+        super().observe(seconds, n)
+
+    def snapshot(self) -> dict:
+        self.count_pending()
+        return super().snapshot()
 
 
 class Ring:
@@ -193,7 +237,7 @@ class Stats:
     def __init__(self, enabled: bool = True, share_dir: str | None = None):
         self.enabled = enabled
         self.share_dir = Path(share_dir) if share_dir and enabled else None
-        self.lateness = Histogram() if enabled else None   # read by the SSE pacer
+        self.lateness = Lateness() if enabled else None    # fed by the SSE pacer
         self.started = time.time()
         self.requests = self.streaming = self.active = self.active_streams = 0
         self.ws_connections = self.ws_active = self.ws_turns = 0

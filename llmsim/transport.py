@@ -57,7 +57,7 @@ async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clo
     """Pacing in the calling task, of (due time, item) pairs: lists of items, each sent when
     its first item is due (`start + due time`). The same state machine as the shared timer's
     (llmsim.pacer.PacedStream): with `keepalive` (seconds) an empty list comes every
-    `keepalive` seconds while waiting for the first token; `lateness` (a stats histogram)
+    `keepalive` seconds while waiting for the first token; `lateness` (a `stats.Lateness`)
     records how late each list left; a ConnectionDrop in the items ends it after what was
     due before it.
     """
@@ -92,7 +92,7 @@ class Paced:
     """SSE bytes: `frames` are (due time, frame) pairs (`Template.frames`, `sse.framed`),
     each frame written at its deadline (`start + due time`); frames already due go out as
     one chunk. With `keepalive` (seconds), comment lines go out while waiting for the first
-    token; `lateness` (a stats histogram) records how late each chunk left.
+    token; `lateness` (a `stats.Lateness`) records how late each chunk left.
 
     Iterated (`async for`), it paces in the iterating task. Given straight to `SSEResponse`
     on the real clock, it runs on the process's shared timer instead (llmsim.pacer).

@@ -350,3 +350,22 @@ async def test_a_worker_starting_after_its_server_removed_the_stats_directory_le
     stats.serving()
     stats.stopped()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lateness_counted_in_batches_reads_as_each_value_counted_at_once():
+    import random
+
+    from llmsim.stats import Histogram, Lateness
+
+    rng = random.Random(3)
+    values = [rng.choice([0.0, 1e-5, 0.0012, 0.25]) if rng.random() < 0.1 else rng.expovariate(300)
+              for _ in range(Lateness.BATCH * 2 + 17)]
+    batched, each = Lateness(), Histogram()
+    for value in values:
+        batched.add(value)
+        each.observe(value)
+    assert len(batched.pending) == 17                      # two full batches counted so far
+    got, want = batched.snapshot(), each.snapshot()
+    assert [(i, n) for i, n, _ in got["counts"]] == [(i, n) for i, n, _ in want["counts"]]
+    assert [s for _, _, s in got["counts"]] == pytest.approx([s for _, _, s in want["counts"]])
+    assert got["max"] == want["max"] and not batched.pending
