@@ -5,10 +5,10 @@ future, a task step and a trip through two async generators. With a thousand str
 20 ms gaps that is 50,000 wake-ups a second. Here each stream is a small state machine in
 one wheel of millisecond slots: when the loop's single timer fires, every stream due writes
 its due events from the timer callback itself, and the request's task only waits for its
-stream to end. The
-timer fires between loop steps, and one step may run a burst of requests (streams starting
-or ending by the hundred): each request also lets the streams write what is due as it starts
-and as it ends (`catch_up`, from llmsim.observer), so none waits for the whole burst.
+stream to end. The timer fires between loop steps, and one step may run a burst of requests
+(streams starting or ending by the hundred): each request also lets the streams write what
+is due as it starts and as it ends (`catch_up`, from llmsim.observer), so none waits for the
+whole burst.
 
 Writing from a callback means running the ASGI `send` coroutine without a task: it finishes
 at once unless the transport's buffer is full (flow control), in which case a task finishes
@@ -183,10 +183,6 @@ class Pacer:
         self.ticks: list[int] = []          # heap: the slots' numbers
         self.timer: asyncio.TimerHandle | None = None
         self.timer_tick = INFINITE          # the slot the timer is armed for the end of
-
-    def __bool__(self) -> bool:
-        """Whether any stream waits."""
-        return bool(self.ticks)
 
     def add(self, stream: PacedStream, at: float) -> None:
         stream.due = at
