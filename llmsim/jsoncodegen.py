@@ -98,17 +98,21 @@ def _joined(parts: list) -> Gen:
     return Gen(f'b"".join(({", ".join(code)},))', parts=tuple(merged))
 
 
+def _chosen(tests: tuple, gens: tuple, other: str, omittable: bool = False) -> Gen:
+    """`gens[0] if tests[0] else ... else other`, with its branches kept (`Gen.choice`) unless
+    it may be omitted."""
+    code = "(" + "".join(f"{gen.code} if {test} else " for test, gen in zip(tests, gens)) + other + ")"
+    return Gen(code, omittable=omittable, choice=() if omittable else (tests, gens, other))
+
+
 def _distributed(parts: list, at: int) -> Gen | None:
     """`parts` joined inside each branch of the choice `parts[at]`; None when that code grows
     past `MAX_CHOICE_CODE` (choices within choices)."""
     tests, gens, other = parts[at].choice
     before, after = parts[:at], parts[at + 1:]
     branches = tuple(_joined([*before, gen if gen.const is None else gen.const, *after]) for gen in gens)
-    rest = _joined([*before, Gen(other), *after]).code
-    code = "(" + "".join(f"{gen.code} if {test} else " for test, gen in zip(tests, branches)) + rest + ")"
-    if len(code) > MAX_CHOICE_CODE:
-        return None
-    return Gen(code, choice=(tests, branches, rest))
+    chosen = _chosen(tests, branches, _joined([*before, Gen(other), *after]).code)
+    return chosen if len(chosen.code) <= MAX_CHOICE_CODE else None
 
 
 def _concat(parts: list) -> str:
@@ -600,10 +604,8 @@ class JsonCodegen:
             reads.add("__opaque__")
         # any other value names no object (the fallback raises): omitted only if a pick omits
         omittable = any(self._object_may_omit(obj, set()) for obj in picks.values())
-        other = f"{self._object_function(name, False, where)}(ctx)"
-        code = "(" + "".join(f"{gen.code} if {test} else " for test, gen in zip(tests, gens)) + other + ")"
-        return Gen(code, omittable=omittable,
-                   choice=() if omittable else (tuple(tests), tuple(gens), other))
+        return _chosen(tuple(tests), tuple(gens), f"{self._object_function(name, False, where)}(ctx)",
+                       omittable)
 
     def _inlinable(self, name: str, seen: set) -> bool:
         """Whether the object `name` can be written in its user's code: it exists, is not
@@ -770,6 +772,4 @@ class JsonCodegen:
         test = self.value_code(node["$if"], f"{where}.$if")
         then = self.gen(node.get("$then"), f"{where}.$then")
         other = self.gen(node["$else"], f"{where}.$else") if "$else" in node else Gen("None", omittable=True)
-        omittable = then.omittable or other.omittable
-        return Gen(f"({then.code} if {test} else {other.code})", omittable=omittable,
-                   choice=() if omittable else ((test,), (then,), other.code))
+        return _chosen((test,), (then,), other.code, then.omittable or other.omittable)
