@@ -201,9 +201,8 @@ class JsonCodegen:
         else:
             fast = self._define(gen.code, names)
             if not gen.omittable:       # for an SSE stream: the frame around it, in the same join
-                fast.framed = lambda head, end, ctx, given=None: self._body_lines(
-                    _joined([head, gen, end]).code,
-                    names, ctx, given or {})
+                fast.framed = lambda head, end, ctx, given=None, whole=None: self._body_lines(
+                    _joined([head, gen, end]).code, names, ctx, given or {}, whole)
         if name is not None:
             self.fast[name] = fast
         if gen.const is not None or not self.GUARDED:
@@ -295,14 +294,18 @@ class JsonCodegen:
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
         function = self.namespace[name]
-        function.inline = lambda ctx, given=None: self._body_lines(code, names, ctx, given or {})
+        function.inline = lambda ctx, given=None, whole=None: self._body_lines(code, names, ctx,
+                                                                               given or {}, whole)
         return function
 
-    def _body_lines(self, code: str, names: set[str], ctx: str, given: dict[str, str]) -> list[str]:
+    def _body_lines(self, code: str, names: set[str], ctx: str, given: dict[str, str],
+                    whole: str | None = None) -> list[str]:
         """The statements of `_define`'s function body, for generated code in this module's
         namespace (llmsim.stepcodegen) whose context is the local `ctx`, raising where that
         function would fall back (a missing variable: KeyError); `given`: variables (and the
-        memos, by their context keys) already in locals (name -> local), read from there."""
+        memos, by their context keys) already in locals (name -> local), read from there;
+        `whole`: the code for the context where it is used whole (passed to an object's
+        writer), if not `ctx` itself."""
         lines = []
         for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO)):
             if re.search(rf"\b{memo}\[", code):
@@ -320,8 +323,9 @@ class JsonCodegen:
             else:
                 lines.append(f"_n_{var} = {ctx}[{var!r}]")
         code = pyexpr.inline_given(code)
-        if ctx != "ctx" and re.search(r"\bctx\b", code):     # (e.g. calls of objects' writers)
-            code = pyexpr.renamed(code, "ctx", ctx)
+        whole = whole or ctx
+        if whole != "ctx" and re.search(r"\bctx\b", code):     # (e.g. calls of objects' writers)
+            code = pyexpr.renamed(code, "ctx", whole)
         return lines + [code]
 
     def _callable(self, f: Callable) -> str:

@@ -195,10 +195,13 @@ INLINE_GLOBALS = {"_Undefined": jinja2.Undefined}
 
 
 def renamed(code: str, old: str, new: str) -> str:
-    """Python expression `code` with each read of the variable `old` reading `new` instead."""
+    """Python expression `code` with each read of the variable `old` reading `new` (a name,
+    or an expression) instead."""
+    replacement = ast.parse(new, mode="eval").body
+
     class Rename(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.Name:
-            return ast.Name(new, node.ctx) if node.id == old else node
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return replacement if node.id == old else node
     tree = Rename().visit(ast.parse(code, mode="eval"))
     return ast.unparse(ast.fix_missing_locations(tree))
 

@@ -214,6 +214,21 @@ stream:
     assert list(t.frames(xs=[0.5, 0.7])) == list(llmsim.sse.framed(t.events(xs=[0.5, 0.7])))
 
 
+def test_a_test_inside_a_loop_reads_the_item_of_that_run_of_the_loop(tmp_path):
+    t = compile_one(tmp_path, """
+stream:
+  - for: "x, tag in pairs"
+    steps:
+      - if: "{{ x > 1 and tag != 'skip' }}"
+        steps: [{event: big, data: {x: "{{ x }}"}}]
+        else: [{event: small, data: {tag: "{{ tag }}"}}]
+""")
+    pairs = [(1, "a"), (2, "b"), (3, "skip"), (5, "c")]
+    assert [(e.name, e.data) for e in t.events(pairs=pairs)] == [
+        ("small", {"tag": "a"}), ("big", {"x": 2}), ("small", {"tag": "skip"}), ("big", {"x": 5})]
+    assert [f for _, f in t.frames(pairs=pairs)] == [f for _, f in llmsim.sse.framed(t.events(pairs=pairs))]
+
+
 def test_nested_loops_see_outer_variables_and_a_loop_variable_ends_with_its_loop(tmp_path):
     t = compile_one(tmp_path, """
 stream:
