@@ -15,7 +15,7 @@ it answered.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Awaitable, Sequence
 
 import orjson
 
@@ -89,6 +89,7 @@ class ResponseState:
         self.store: Store = sim.store
         self.shapes = sim.templates["store"]
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
+        self._put_replay = getattr(self.store, "put_replay", None)
         self.jobs = Jobs(sim, self)
 
     def render(self, shape: str, **values) -> Any:
@@ -216,8 +217,20 @@ class ResponseState:
             chunks.on_end = lambda: self._keep_replay(replay, recording.events, body, prior, own)
         return chunks
 
-    async def _keep_replay(self, replay: Replay, events: int, body: dict, prior: Prior,
-                           own: list[dict]) -> None:
+    def _keep_replay(self, replay: Replay, events: int, body: dict, prior: Prior,
+                     own: list[dict]) -> Awaitable[None] | None:
+        """Keep a stream as what renders it again: at once (no record, no coroutine) in a store
+        that can and for a response in no conversation; else an awaitable that does."""
+        put = self._put_replay
+        if put is None or prior.conversation or not wants_store(body):
+            return self._keep_replay_later(replay, events, body, prior, own)
+        plan = replay.plan
+        put(plan.id, plan.status, replay.response_json, replay.frames_blob, events,
+            _answered(prior, own), bool(body.get("background")))
+        return None
+
+    async def _keep_replay_later(self, replay: Replay, events: int, body: dict, prior: Prior,
+                                 own: list[dict]) -> None:
         await self.save(body, prior, own, replay, Frames.later(replay.frames_blob, events))
         if prior.conversation:          # its output joins the conversation: rendered now
             await self.conclude(body, prior, own, replay.response_json())

@@ -100,7 +100,8 @@ class Paced:
 
     on_chunk: Callable[[list, bytes], None] | None = None   # sees every batch of frames written
                                                             # and its bytes (none: a keep-alive)
-    on_end: Callable[[], Awaitable[None]] | None = None     # awaited when the frames ran out
+    on_end: Callable[[], Awaitable[None] | None] | None = None  # called when the frames ran out
+                                                                # (what it returns, awaited)
 
     def __init__(self, frames: Iterable[tuple[float, bytes]], start: float, clock: Clock,
                  keepalive: float | None = None, lateness=None):
@@ -114,8 +115,8 @@ class Paced:
             if self.on_chunk is not None:
                 self.on_chunk(batch, chunk)
             yield chunk
-        if self.on_end is not None:
-            await self.on_end()
+        if self.on_end is not None and (ending := self.on_end()) is not None:
+            await ending
 
 
 
@@ -166,8 +167,8 @@ class SSEResponse(Response):
                 self._waiting = stream.done
                 await stream.done
                 self._waiting = None
-                if chunks.on_end is not None:
-                    await chunks.on_end()
+                if chunks.on_end is not None and (ending := chunks.on_end()) is not None:
+                    await ending
             else:
                 async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

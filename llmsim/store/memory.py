@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from itertools import islice
-from typing import Sequence
+from typing import Callable, Sequence
 
 import orjson
 
@@ -106,6 +106,16 @@ class MemoryStore:
         coroutine) from its parts (no record): a stored non-streamed answer."""
         entry = _Response(self.bounds.expires(time.time()), status, b"%b" % response_json,
                           (input_items, background, conversation), 0, [])
+        self._created(self._responses, response_id, entry)
+
+    def put_replay(self, response_id: str, status: str, render_response: Callable[[], bytes],
+                   render_frames: Callable[[], bytes], events: int, input_items: list[dict],
+                   background: bool) -> None:
+        """`put_response` of a deferred record (a stream kept as what renders it, in no
+        conversation) with `events` frames not rendered yet, made at once from its parts."""
+        chunks = [(0, events, render_frames)] if events else []
+        entry = _Response(self.bounds.expires(time.time()), status, render_response,
+                          (input_items, background, None), events, chunks)
         self._created(self._responses, response_id, entry)
 
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
