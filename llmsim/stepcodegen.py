@@ -20,10 +20,10 @@ A loop's variables live in locals, and in one dict per loop, made when the loop 
 loop whose steps test or loop stores each item's variables in that dict at once; in any
 other, the dict gets them only where something reads it whole (a fallback, an object named
 by value; `_fill`): a chat chunk's six stores per event are gone (~5% of a paced event's
-instructions). Every value an event needs (its JSON, its
-time) is computed before the event is yielded, so nothing keeps a context past its event. That dict also holds the loop's own memo
-(`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON of what
-it reads of outer loops (llmsim.jsoncodegen: `loop_fixed`). The expressions, tests and JSON
+instructions). Every value an event needs (its JSON, its time) is computed before the event
+is yielded, so nothing keeps a context past its event. That dict also holds the loop's own
+memo (`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON
+of what it reads of outer loops (llmsim.jsoncodegen: `loop_fixed`). The expressions, tests and JSON
 writers called are the ones `templates.Compiler` checked and compiled (generated code backed
 by closures); an event's JSON is the writer's generated code written in place (no call; its
 variables read from the step's context, `seq` from the counter) and its time calls the
@@ -48,8 +48,8 @@ from llmsim.template_syntax import LOOP
 
 
 def _fill(ctx: dict, names: tuple[str, ...], values: tuple) -> dict:
-    """A loop's context with its current item's variables stored in it (only when something
-    reads the context whole: a fallback, a test, an object named by value, an inner loop)."""
+    """A loop's context with its current item's variables stored in it, for what reads the
+    context whole in a loop that neither tests nor loops (a fallback, an object named by value)."""
     ctx.update(zip(names, values))
     return ctx
 
@@ -154,7 +154,8 @@ class StepCodegen:
                                                      f"{where}.for", fallback=closure)
             inner, index = f"_x{next(self._ids)}", step.get("index")
             # each item is unpacked into locals (`_x1_name`), which the loop's events read, and
-            # into the loop's context, which what is not written in place reads
+            # into the loop's context, which what is not written in place reads: at once when
+            # the loop's steps test or loop, else only where the context is read whole (`_fill`)
             bound = {name: f"{inner}_{name}" for name in (*names, *([index] if index else []))}
             whole = self._whole(ctx)
             lines += [f"{pad}{inner}_lm = {{}}", f"{pad}{inner} = {{**{whole}, {LOOP_MEMO!r}: {inner}_lm}}"]
