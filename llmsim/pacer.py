@@ -238,6 +238,7 @@ class Pacer:
                     continue
                 following = stream.context.run(stream.step, now)
                 if following is not None:       # (a stream whose write waits adds itself later)
+                    # `add` written in place, without arming: _fire arms the timer once after
                     stream.due = following
                     step = int(following * per_second)
                     slot = slots.get(step)
