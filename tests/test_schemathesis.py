@@ -8,7 +8,6 @@ name, on the POST operations (so generated bodies go through planning and render
 """
 from __future__ import annotations
 
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -43,18 +42,10 @@ def call_and_validate(case) -> None:
     case.call_and_validate(excluded_checks=excluded)
 
 
-@pytest.fixture(scope="module")
-def catalogue_schema():
-    return load(coverage=True)
-
-
-@pytest.fixture(scope="module")
-def any_model_schema():
-    return load(coverage=False, allow_any_model=True)
-
-
-catalogue = schemathesis.pytest.from_fixture("catalogue_schema")
-any_model = schemathesis.pytest.from_fixture("any_model_schema").include(method="POST")
+# Built at collection: schemathesis' fixture-based (lazy) integration reaches into pytest
+# internals that pytest 9.2 removed, the direct one does not.
+catalogue = load(coverage=True)
+any_model = load(coverage=False, allow_any_model=True).include(method="POST")
 hypothesis_settings = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                                suppress_health_check=list(HealthCheck))
 
