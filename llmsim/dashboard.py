@@ -160,6 +160,9 @@ def fetch(client: httpx.Client, url: str) -> dict:
     return response.json()
 
 
+QUIT_KEYS = ("q", "\x03")      # q, Ctrl-C
+
+
 class Keys:
     """Single key presses from a terminal (cbreak mode, restored on exit); none otherwise."""
 
@@ -171,6 +174,9 @@ class Keys:
             self.fd = sys.stdin.fileno()
             self.saved = termios.tcgetattr(self.fd)
             tty.setcbreak(self.fd)
+            mode = termios.tcgetattr(self.fd)   # Ctrl-C arrives as a key, not as a signal that
+            mode[3] &= ~termios.ISIG            # could interrupt a screen update half-way
+            termios.tcsetattr(self.fd, termios.TCSANOW, mode)
         return self
 
     def __exit__(self, *exc):
@@ -204,7 +210,7 @@ def main(url: str | None = None, interval: float = 0.5, once: bool = False,
             return 0
         with contextlib.suppress(KeyboardInterrupt), Keys() as keys, \
                 Live(render(stats, url), console=console, screen=True, auto_refresh=False) as live:
-            while keys.wait(interval).lower() != "q":
+            while keys.wait(interval).lower() not in QUIT_KEYS:
                 error = None
                 try:
                     stats = fetch(client, url)

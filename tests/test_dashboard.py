@@ -123,8 +123,8 @@ def test_interactive_dashboard_quits_cleanly(server, key):
     try:
         assert b"throughput" in read_until(master, b"throughput")
         os.write(master, key)
-        assert proc.wait(timeout=10) == 0
-        rest = read_until(master, b"\x1b[?1049l", timeout=2)      # left the alternate screen
+        assert proc.wait(timeout=30) == 0
+        rest = read_until(master, b"\x1b[?1049l", timeout=10)      # left the alternate screen
         assert b"Traceback" not in rest
     finally:
         if proc.poll() is None:
