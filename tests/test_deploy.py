@@ -169,9 +169,9 @@ def image(tmp_path_factory):
     def up():
         with contextlib.suppress(httpx.HTTPError):
             return proc.poll() is not None or httpx.get(f"{url}/health", timeout=1).status_code == 200
-    wait_for(up, 60)
-    if proc.poll() is not None:
-        pytest.fail(f"the image's CMD exited: {proc.stdout.read().decode()}")
+    if not wait_for(up, 60) or proc.poll() is not None:
+        proc.kill()
+        pytest.fail(f"the image's CMD did not serve: {proc.communicate()[0].decode()}")
     yield SimpleNamespace(env=env, url=url, port=port, proc=proc, app=app)
     proc.terminate()
     try:
