@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import logging
 import sys
-import warnings
 
 # connexion's Flask side (its `flask` extra) and httpx's command line (rich, pygments) are
 # optional: both packages import them under `except ImportError` and carry on without.
 # We use neither; not loading them saves ~5 MB of RSS in every server process.
 for _optional in ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._main"):
     sys.modules.setdefault(_optional, None)
-# connexion imports starlette.testclient (for AsyncApp.test_client, which llmsim never calls), and
-# starlette warns at that import unless httpx2 is installed: silence that one warning, here only.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-    import connexion  # noqa: F401
-
 from connexion import AsyncApp  # noqa: E402
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse

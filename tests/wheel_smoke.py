@@ -69,19 +69,21 @@ def check_installed(workdir: Path) -> None:
           f"llmsim imports from the installed wheel ({where})")
 
 
-def wait_ready(proc: subprocess.Popen, port: int, log: Path) -> None:
-    deadline = time.monotonic() + 60
+def wait_ready(proc: subprocess.Popen, port: int, log: Path, processes: int) -> None:
+    """Until /health answers and each of the server's `processes` has started its app."""
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SmokeFailure(f"llmsim serve exited with {proc.returncode}")
         try:
-            if request(port, "GET", "/health")[0] == 200:
-                print(f"ok   llmsim serve answers /health on port {port}", flush=True)
-                return
+            healthy = request(port, "GET", "/health")[0] == 200
         except OSError:
-            pass
+            healthy = False
+        if healthy and log.read_text().count("Application startup complete") >= processes:
+            print(f"ok   llmsim serve answers /health on port {port}, {processes} process(es) started", flush=True)
+            return
         time.sleep(0.2)
-    raise SmokeFailure("llmsim serve not ready within 60 s")
+    raise SmokeFailure("llmsim serve not ready within 90 s")
 
 
 def check_json(port: int) -> None:
@@ -134,38 +136,46 @@ def check_websocket(port: int) -> None:
               f"response.create over it answers {len(types)} events, ending response.completed")
 
 
-def main() -> int:
+def serve_and_check(workdir: Path, args: list[str], checks, processes: int = 1) -> None:
+    """`llmsim serve ARGS` from `workdir`; run `checks` against it; stop it; then its output must
+    hold no warning and no traceback."""
     llmsim = Path(sys.executable).parent / "llmsim"
+    port = free_port()
+    log = workdir / f"server-{port}.log"
+    print(f"-- {llmsim} serve {' '.join(args)} --port {port}, from {workdir}", flush=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(llmsim), "serve", *args, "--port", str(port)],
+                                cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                                env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    try:
+        wait_ready(proc, port, log, processes)
+        for run in checks:
+            run(port)
+        proc.terminate()
+        proc.wait(timeout=30)
+        output = log.read_text()
+        warnings = [line for line in output.splitlines() if re.search(r"warn", line, re.I)]
+        check(not warnings, "the server printed no warning" + "".join(f"\n    {w}" for w in warnings))
+        check("Traceback" not in output, "the server logged no traceback")
+    except Exception:
+        print(f"--- server output ---\n{log.read_text()}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llmsim-wheel-smoke-") as tmp:
         workdir = Path(tmp)
-        log = workdir / "server.log"
-        port = free_port()
-        print(f"llmsim serve from {workdir} ({llmsim})", flush=True)
-        proc = None
         try:
             check_installed(workdir)
-            with open(log, "wb") as out:
-                proc = subprocess.Popen([str(llmsim), "serve", "--profile", "instant", "--port", str(port)],
-                                        cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
-                                        env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
-            wait_ready(proc, port, log)
-            check_json(port)
-            check_sse(port)
-            check_websocket(port)
-            proc.terminate()
-            proc.wait(timeout=30)
-            output = log.read_text()
-            warnings = [line for line in output.splitlines() if re.search(r"warn", line, re.I)]
-            check(not warnings, "the server printed no warning" + "".join(f"\n    {w}" for w in warnings))
-            check("Traceback" not in output, "the server logged no traceback")
+            serve_and_check(workdir, ["--profile", "instant"], [check_json, check_sse, check_websocket])
+            serve_and_check(workdir, ["--profile", "instant", "--workers", "2"], [check_json], processes=2)
         except Exception as exc:
-            text = log.read_text() if log.exists() else ""
-            print(f"FAIL {exc}\n--- server output ---\n{text}", file=sys.stderr, flush=True)
+            print(f"FAIL {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             return 1
-        finally:
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
     print("wheel smoke check: all passed")
     return 0
 
