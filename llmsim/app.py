@@ -15,7 +15,6 @@ import sys
 # We use neither; not loading them saves ~5 MB of RSS in every server process.
 for _optional in ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._main"):
     sys.modules.setdefault(_optional, None)
-
 from connexion import AsyncApp  # noqa: E402
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
@@ -24,7 +23,7 @@ from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from llmsim import __version__, transport
+from llmsim import __version__, datafiles, transport
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
@@ -38,14 +37,14 @@ from llmsim.handlers.response_store import ResponseStoreHandlers
 from llmsim.handlers.responses import ResponsesHandlers
 from llmsim.methods import AllowedMethods
 from llmsim.handlers.stats import StatsHandlers
-from llmsim.settings import REPO_DIR, Settings
+from llmsim.settings import Settings
 from llmsim.simulator import Simulator
 from llmsim.validation import BodyValidator
 from llmsim.websocket import ResponsesSocket
 
 log = logging.getLogger("llmsim")
 BASE_PATHS = ("/openai/v1", "/v1")
-ADMIN_SPEC = REPO_DIR / "openapi" / "admin.yaml"     # llmsim's own routes, under /llmsim
+ADMIN_SPEC = datafiles.OPENAPI_DIR / "admin.yaml"     # llmsim's own routes, under /llmsim
 # connexion problems by status, turned into our exception tree.
 PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
             413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}

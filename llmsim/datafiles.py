@@ -7,6 +7,7 @@ first request.
 from __future__ import annotations
 
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,14 @@ import yaml
 
 from llmsim.errors import ConfigError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+# Installed files, found through the package (a wheel, an editable install or a checkout alike).
+# `_templates` and `_openapi` are symlinks to the repository's top-level templates/ and openapi/,
+# the source; wheels and sdists carry their files as package data.
+PACKAGE_DIR = Path(str(files("llmsim")))
 DATA_DIR = PACKAGE_DIR / "data"
 SCHEMA_DIR = PACKAGE_DIR / "schemas"
+TEMPLATES_DIR = PACKAGE_DIR / "_templates"
+OPENAPI_DIR = PACKAGE_DIR / "_openapi"
 
 
 def read_yaml(path: Path) -> Any:

@@ -19,7 +19,6 @@ import yaml
 from llmsim import datafiles
 from llmsim.errors import ConfigError
 
-REPO_DIR = datafiles.PACKAGE_DIR.parent
 ENV_PREFIX = "LLMSIM_"
 
 
@@ -62,11 +61,11 @@ class Settings:
 
     @property
     def templates_dir(self) -> Path:
-        return Path(self.templates) if self.templates else REPO_DIR / "templates"
+        return Path(self.templates) if self.templates else datafiles.TEMPLATES_DIR
 
     @property
     def spec_path(self) -> Path:
-        return Path(self.spec) if self.spec else REPO_DIR / "openapi" / "openapi.yaml"
+        return Path(self.spec) if self.spec else datafiles.OPENAPI_DIR / "openapi.yaml"
 
     def replace(self, **changes: Any) -> "Settings":
         return build(self, changes, "arguments")

@@ -6,8 +6,8 @@ import openai
 import pytest
 import yaml
 
+from conftest import REPO
 from llmsim.faults import load_kinds
-from llmsim.settings import REPO_DIR
 
 BODY = {"model": "gpt-4o-mini", "input": "hi"}
 
@@ -59,7 +59,7 @@ async def test_bad_updates_are_400_naming_the_field_and_change_nothing(app_clien
 
 
 def test_admin_document_lists_every_catalogued_kind():
-    doc = yaml.safe_load((REPO_DIR / "openapi" / "admin.yaml").read_text())
+    doc = yaml.safe_load((REPO / "openapi" / "admin.yaml").read_text())
     schemas = doc["components"]["schemas"]
     assert set(schemas["FaultKind"]["enum"]) == set(load_kinds())
     assert set(schemas["FaultRates"]["properties"]) == set(load_kinds())

@@ -159,8 +159,8 @@ async def test_dropped_streams_leak_nothing(live_server_factory):
 
 def _documented_paths():
     import yaml
-    from llmsim.settings import REPO_DIR
-    doc = yaml.safe_load((REPO_DIR / "openapi" / "openapi.yaml").read_text())
+    from conftest import REPO
+    doc = yaml.safe_load((REPO / "openapi" / "openapi.yaml").read_text())
     return {path: {m.upper() for m in item if m in ("get", "post", "put", "delete", "patch")}
             for path, item in doc["paths"].items()}
 
