@@ -142,6 +142,8 @@ return {status, redis.call('LRANGE', key .. ':ev', tonumber(ARGV[2]) + 1, -1)}
 
 
 class RedisStore:
+    needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
+
     def __init__(self, url: str, bounds: Bounds):
         try:
             import redis.asyncio as aioredis
