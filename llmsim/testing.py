@@ -117,7 +117,7 @@ def settings_environ(settings: Mapping[str, Any]) -> dict[str, str]:
     from llmsim.settings import Settings
     config = settings.get("config")
     Settings.load({"config": config} if config else {}, environ={}).replace(**settings)
-    return {ENV_PREFIX + name.upper(): yaml.safe_dump(value, default_flow_style=True)
+    return {ENV_PREFIX + name.upper(): yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").strip()
             for name, value in settings.items()}
 
 

@@ -102,3 +102,12 @@ def test_a_server_that_cannot_start_fails_with_what_it_printed(pytester, tmp_pat
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*llmsim serve exited with status*", "*no *.yaml templates found*"])
+
+
+def test_factory_settings_reach_the_server_unchanged():
+    """Values the environment could misread: a tiny rate, a number-like text, a null."""
+    from llmsim.settings import Settings
+    from llmsim.testing import settings_environ
+    given = dict(errors={"rate_limit": 1e-05}, fixed_text="42", store_ttl_s=None, tbt_ms=2.5,
+                 api_keys=["sk-a", "sk b"], fault_schedule=[{"kind": "rate_limit", "count": 2}])
+    assert Settings.load(environ=settings_environ(given)) == Settings().replace(**given)
