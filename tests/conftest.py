@@ -1,50 +1,28 @@
 """Shared fixtures: live llmsim servers (real uvicorn subprocesses) and in-process apps."""
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for tests' own servers)
+
 REPO = Path(__file__).resolve().parents[1]
+collect_ignore = ["plugin_example"]     # the README's example of the plugin: run by plugin_wheel_check.sh
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """`llmsim serve` in a subprocess on a free port; `.url` is its root, `.base` the /v1 base."""
+class LiveServer(Server):
+    """`llmsim serve` in a subprocess on a free port (llmsim.testing.Server, the pytest
+    plugin's server) with these flags; `.url` is its root, `.base` the /v1 base."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.base = f"{self.url}/v1"
-        cmd = [sys.executable, "-m", "llmsim", "serve", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})},
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self._wait()
-
-    def _wait(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llmsim exited: {self.proc.stdout.read().decode()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("llmsim did not become healthy in time")
+        super().__init__(args, env)
+        self.base = self.openai_url
 
     def client(self, **kwargs):
         from openai import OpenAI
@@ -53,14 +31,6 @@ class LiveServer:
     def async_client(self, **kwargs):
         from openai import AsyncOpenAI
         return AsyncOpenAI(base_url=self.base, api_key="sk-test", max_retries=0, **kwargs)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 @pytest.fixture(scope="session")

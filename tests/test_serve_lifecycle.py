@@ -23,7 +23,7 @@ def interrupt(server: LiveServer) -> tuple[int, str]:
             code = server.proc.wait(15)
     finally:
         server.stop()             # only if it is still running
-    return code, server.proc.stdout.read().decode()
+    return code, server.output()
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -36,7 +36,7 @@ def test_ctrl_c_exits_zero_without_a_traceback(workers):
 def test_start_up_prints_only_uvicorn_info_lines():
     server = LiveServer("--profile", "instant")
     server.stop()
-    lines = [line for line in server.proc.stdout.read().decode().splitlines() if line.strip()]
+    lines = [line for line in server.output().splitlines() if line.strip()]
     assert lines and all(line.startswith("INFO:") for line in lines), lines
 
 

@@ -1,0 +1,153 @@
+"""Live llmsim servers for tests: a pytest plugin (entry point `pytest11`) and its helpers.
+
+Any project that installs llmsim gets two fixtures:
+
+- `llmsim_server`: one server for the whole session, with no simulated latency
+  (`profile="instant"`);
+- `llmsim_server_factory(**settings)`: a new server per call, with any field of
+  `llmsim.settings.Settings` (`seed`, `profile`, `errors`, `fault_schedule`, `api_keys`, ...;
+  `profile` is `"instant"` unless given), each stopped when the test ends.
+
+Both give a `Server`: `.url` is its root (`http://127.0.0.1:PORT`) and `.openai_url` the base
+URL for an OpenAI client (`.url + "/v1"`). A server is `llmsim serve` in a subprocess on a
+free port, given its settings as `LLMSIM_*` environment variables (those of the test run
+itself are not passed on). Settings are checked before it starts, so a typo fails with the
+ConfigError naming it; a server that exits or does not answer `/health` fails with what it
+printed. `start(**settings)` is the same server as a context manager, e.g. for a session
+fixture of your own with other settings.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+import pytest
+
+ENV_PREFIX = "LLMSIM_"      # as llmsim.settings reads them (not imported: pytest loads this module early)
+START_TIMEOUT_S = 60.0      # generous: on a busy machine building the app takes a while
+PORT_ATTEMPTS = 3           # a free port may be taken by another process before the server binds it
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`llmsim serve` in a subprocess with command-line flags `args` and environment `env`
+    (added to this process's environment less its `LLMSIM_*` variables), on `host` and
+    `port` (default: a free one). It answers `/health` when the constructor returns."""
+
+    def __init__(self, args: Sequence[str] = (), env: Mapping[str, str] | None = None, *,
+                 host: str = "127.0.0.1", port: int | None = None, timeout: float = START_TIMEOUT_S):
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}, **(env or {})}
+        reachable = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+        for attempt in range(1 if port else PORT_ATTEMPTS):
+            self.port = port or free_port(reachable)
+            self.url = f"http://{f'[{reachable}]' if ':' in reachable else reachable}:{self.port}"
+            self._log = tempfile.TemporaryFile()    # a file, not a pipe: a chatty server never blocks
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llmsim", "serve", "--host", host, "--port", str(self.port), *args],
+                env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+            try:
+                self._wait(timeout)
+                return
+            except RuntimeError:
+                if port or attempt == PORT_ATTEMPTS - 1 or "Address already in use" not in self.output():
+                    raise
+
+    def _wait(self, timeout: float) -> None:
+        import httpx
+        deadline = time.monotonic() + timeout
+        with httpx.Client(trust_env=False, timeout=2) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"llmsim serve exited with status {self.proc.returncode}:\n"
+                                       f"{self.output()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get(f"{self.url}/health").status_code == 200:
+                        return
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"llmsim serve did not answer {self.url}/health within {timeout:g} s:\n"
+                           f"{self.output()}")
+
+    @property
+    def openai_url(self) -> str:
+        """The base URL for an OpenAI client: `OpenAI(base_url=server.openai_url, api_key=...)`."""
+        return f"{self.url}/v1"
+
+    def output(self) -> str:
+        """Everything the server has printed (stdout and stderr)."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful shutdown), SIGKILL if it has not exited 10 s later."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<llmsim.testing.Server {self.url}>"
+
+
+def settings_environ(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The `LLMSIM_*` variables that give `llmsim serve` these settings, once they have been
+    checked as the server checks them (raising its ConfigError). Values are YAML, which is
+    how the server reads them."""
+    import yaml
+    from llmsim.settings import Settings
+    config = settings.get("config")
+    Settings.load({"config": config} if config else {}, environ={}).replace(**settings)
+    return {ENV_PREFIX + name.upper(): yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").strip()
+            for name, value in settings.items()}
+
+
+def start(**settings: Any) -> Server:
+    """A live server with these settings (any `llmsim.settings.Settings` field; `profile`
+    defaults to "instant" and `host` to 127.0.0.1; `port` to a free one)."""
+    settings = {"profile": "instant", **settings}
+    env = settings_environ(settings)
+    for name in ("host", "port"):       # flags: the Server names them
+        env.pop(ENV_PREFIX + name.upper(), None)
+    return Server(env=env, host=settings.get("host", "127.0.0.1"), port=settings.get("port"))
+
+
+@pytest.fixture(scope="session")
+def llmsim_server() -> Iterator[Server]:
+    """One live llmsim server for the session, with no simulated latency."""
+    with start() as server:
+        yield server
+
+
+@pytest.fixture
+def llmsim_server_factory() -> Iterator:
+    """`llmsim_server_factory(**settings)` starts a live server with these settings (see
+    `start`); every one it started is stopped when the test ends."""
+    started: list[Server] = []
+
+    def factory(**settings: Any) -> Server:
+        server = start(**settings)
+        started.append(server)
+        return server
+    yield factory
+    for server in started:
+        server.stop()
