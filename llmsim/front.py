@@ -44,11 +44,13 @@ class Front:
         self.operations = operations
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error
+        self.eager_ok = not sim.store.needs_task
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.starting):
-        the operations served here, whose code never asks for its task."""
-        return self._operation(scope) is not None
+        the operations served here, whose code never asks for its task, unless the store
+        they may call does (`Store.needs_task`: Redis)."""
+        return self.eager_ok and self._operation(scope) is not None
 
     def _operation(self, scope) -> Operation | None:
         """The JSON operation served here for this request, if it is one."""

@@ -16,7 +16,7 @@ starts them in batches instead, with the same timing as a task that first waits 
   does wait (a paced stream, a slow client's body) goes on in a task from where it
   stopped, in the same `contextvars` context, as Python 3.12's eager tasks do. Until then
   `asyncio.current_task()` is None, so only requests the app says can run so
-  (`app.eager(scope)`: llmsim.front's own JSON operations) do.
+  (`app.eager(scope)`: llmsim.front's own JSON operations, unless the store needs a task) do.
 
 One `Starter` per event loop (llmsim.corking.for_loop): two callbacks per batch, not a task
 per request.

@@ -170,6 +170,11 @@ class Conversation:
 class Store(Protocol):
     """The backend interface (`llmsim.store.lmdb`, `llmsim.store.sqlite`, `llmsim.store.redis`)."""
 
+    needs_task: bool
+    """Whether its calls must run inside an asyncio task (a client library's timeouts or
+    locks ask for `asyncio.current_task()`): if so, no request starts before it has a task
+    of its own (llmsim.starting, llmsim.front's `eager`)."""
+
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         """Create (or replace) a response with its first SSE frames."""
 

@@ -89,6 +89,8 @@ class Row(NamedTuple):
 
 
 class LmdbStore:
+    needs_task = False  # waits only on futures (a thread's, the loop's)
+
     def __init__(self, path: str, bounds: Bounds):
         try:
             Path(path).mkdir(parents=True, exist_ok=True)

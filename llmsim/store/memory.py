@@ -62,6 +62,7 @@ class _Conversation:
 
 
 class MemoryStore:
+    needs_task = False  # plain dicts: nothing awaited
     defers = True       # keeps a deferred record (and frames) as what renders it (llmsim.state.Replay)
 
     def __init__(self, bounds: Bounds):

@@ -222,6 +222,8 @@ class RedisFaults:
 
 
 class RedisStore:
+    needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
+
     def __init__(self, url: str, bounds: Bounds):
         try:
             import redis.asyncio as aioredis

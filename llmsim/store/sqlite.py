@@ -252,6 +252,8 @@ def _settle(pairs: list) -> None:
 
 
 class SqliteStore:
+    needs_task = False  # waits only on futures (a thread's, the loop's)
+
     def __init__(self, path: str, bounds: Bounds):
         self.path = path
         self.bounds = bounds
