@@ -4,7 +4,8 @@ machines behind one load balancer.
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
 `conv:<id>:order` the list of item ids. `resp:order` / `conv:order` are sorted sets of ids by
-creation number, used to evict the oldest. Writes that must be atomic are Lua scripts;
+creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
+shares (`RedisFaults`, llmsim.faults). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
 
 The writes of a stored response (`put_response`, `put_conversation`, `add_items`) made while

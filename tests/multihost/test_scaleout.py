@@ -273,3 +273,46 @@ def test_the_stats_of_each_host_add_up_to_the_traffic_through_the_balancer(clust
     counted = {name: after[name]["requests"]["total"] - before[name] for name in cluster.hosts}
     assert counted == by_name == {name: sent // 2 for name in cluster.hosts}
     assert sum(counted.values()) == sent
+
+
+def injected(cluster: Cluster) -> dict[str, int]:
+    """Faults each host injected so far, by host name (its own count, from GET /llmsim/faults)."""
+    return {name: sum(client.get("/llmsim/faults").json()["injected"].values())
+            for name, client in cluster.direct.items()}
+
+
+def outcome(lb: Balancer) -> tuple[str, str]:
+    try:
+        lb.sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}])
+        return "ok", lb.last
+    except openai.APIStatusError as exc:
+        return str(exc.status_code), lb.last
+
+
+def test_the_next_n_failures_scheduled_through_the_balancer_happen_exactly_n_times(cluster):
+    before = injected(cluster)
+    posted = cluster.lb.http.post("/llmsim/faults", json={"schedule": [{"kind": "rate_limit", "count": 3}],
+                                                          "replace": True})
+    assert posted.status_code == 200
+    outcomes = [outcome(cluster.lb) for _ in range(8)]
+    assert [status for status, _ in outcomes] == ["429"] * 3 + ["ok"] * 5
+    assert {host for status, host in outcomes if status == "429"} == set(cluster.hosts.values())
+    after = injected(cluster)
+    assert sum(after.values()) - sum(before.values()) == 3
+    for client in cluster.direct.values():
+        assert client.get("/llmsim/faults").json()["schedule"] == []
+
+
+def test_concurrent_requests_through_the_balancer_consume_a_schedule_exactly(cluster):
+    """16 of 24 requests: more than either host answers (12 each), so only one schedule for
+    both hosts makes exactly 16 fail, and each host injects some."""
+    from concurrent.futures import ThreadPoolExecutor
+    before = injected(cluster)
+    cluster.lb.http.post("/llmsim/faults", json={"schedule": [{"kind": "server_error", "count": 16}],
+                                                 "replace": True}).raise_for_status()
+    with ThreadPoolExecutor(8) as pool:
+        statuses = [status for status, _ in pool.map(lambda _: outcome(cluster.lb), range(24))]
+    assert statuses.count("500") == 16 and statuses.count("ok") == 8
+    after = injected(cluster)
+    assert sum(after.values()) - sum(before.values()) == 16
+    assert all(after[name] > before[name] for name in cluster.hosts)
