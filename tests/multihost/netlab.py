@@ -50,10 +50,14 @@ class Lab:
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen] = []
         self.next_address = 2
-        self._netns(self.switch)
-        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.switch, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
-        ip("-n", self.switch, "link", "set", "br0", "up")
+        try:
+            self._netns(self.switch)
+            ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            ip("-n", self.switch, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
+            ip("-n", self.switch, "link", "set", "br0", "up")
+        except BaseException:
+            self.close()
+            raise
 
     def _netns(self, name: str) -> None:
         ip("netns", "add", name)
