@@ -227,6 +227,25 @@ def test_a_background_response_started_on_one_host_is_polled_to_completed_on_the
     assert polled.output_text
 
 
+def test_a_background_stream_started_on_one_host_resumes_on_the_other(cluster):
+    lb = cluster.lb
+    with lb.sdk.responses.create(model=MODEL, input="Resume me elsewhere.", background=True,
+                                 stream=True) as stream:
+        one = lb.last
+        head = []
+        for event in stream:
+            head.append(event.to_dict())
+            if event.type == "response.output_text.delta":
+                break
+    other = cluster.other(one)
+    rest = [e.to_dict() for e in lb.to(other).responses.retrieve(
+        head[0]["response"]["id"], stream=True, starting_after=head[-1]["sequence_number"])]
+    served(cluster, other)
+    whole = head + rest
+    assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+    assert rest[-1]["type"] == "response.completed"
+
+
 def test_a_conversation_grows_through_both_hosts(cluster):
     lb = cluster.lb
     conversation = lb.sdk.conversations.create(items=[{"role": "user", "content": "Hello."}])
