@@ -332,6 +332,7 @@ class FaultInjector:
             raise self.error(fault, api, body)
         return Injection(self, fault, api, body)
 
+
 def _shared_entry(entry: ScheduleEntry) -> dict[str, Any]:
     """A schedule entry as a shared store keeps it (0 for an unset count or every)."""
     return {"kind": entry.kind.name, "count": entry.count or 0, "every": entry.every or 0,
