@@ -1,45 +1,16 @@
 """Several processes share one store, seen through the official SDK: two llmsim servers on one
-LMDB store, two on one SQLite file, two on one Redis (a `redis-server` this module starts), and `--workers 2` on
+LMDB store, two on one SQLite file, two on one Redis (conftest's `redis-server`), and `--workers 2` on
 one port. What one process stores, the other retrieves, continues and cancels."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
 import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import free_port
-
 MODEL = "gpt-4o"
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (Debian package: redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(10)
 
 
 @pytest.fixture(scope="module", params=["lmdb", "sqlite", "redis"])
