@@ -1,6 +1,6 @@
 """One fault schedule for every process sharing a Redis store: two live servers on loopback,
-one redis-server (started by test_store_shared's fixture), the official SDK. "The next N
-requests" are the next N any of them answers; rates set on one apply on both."""
+one redis-server (conftest's `redis_url`, databases of this module's own), the official SDK.
+"The next N requests" are the next N any of them answers; rates set on one apply on both."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -9,19 +9,24 @@ import httpx
 import openai
 import pytest
 
-from test_store_shared import redis_url  # noqa: F401  (a fixture: one redis-server per module)
-
 MODEL = "gpt-4o"
 
 
+def database(redis_url: str, number: int) -> str:
+    """The same redis-server, another database (other modules' servers use 0)."""
+    return redis_url.rsplit("/", 1)[0] + f"/{number}"
+
+
 @pytest.fixture(scope="module")
-def pair(redis_url, live_server_factory):  # noqa: F811
-    flags = ("--profile", "instant", "--store", redis_url)
+def pair(redis_url, live_server_factory):
+    flags = ("--profile", "instant", "--store", database(redis_url, 2))
     return live_server_factory(*flags), live_server_factory(*flags)
 
 
 @pytest.fixture(autouse=True)
 def no_faults(pair):
+    httpx.delete(f"{pair[0].url}/llmsim/faults", timeout=10).raise_for_status()
+    yield
     httpx.delete(f"{pair[0].url}/llmsim/faults", timeout=10).raise_for_status()
 
 
@@ -91,9 +96,9 @@ def test_rates_set_on_one_server_apply_on_the_other(pair):
     assert outcome(pair[0].client()) == "ok"
 
 
-def test_servers_started_with_one_configured_schedule_share_it_once(redis_url, live_server_factory):  # noqa: F811
-    store = redis_url.rsplit("/", 1)[0] + "/1"          # a database of its own
-    flags = ("--profile", "instant", "--store", store, "--fault-schedule", '[{"kind": "rate_limit", "count": 2}]')
+def test_servers_started_with_one_configured_schedule_share_it_once(redis_url, live_server_factory):
+    flags = ("--profile", "instant", "--store", database(redis_url, 3),
+             "--fault-schedule", '[{"kind": "rate_limit", "count": 2}]')
     one, other = live_server_factory(*flags), live_server_factory(*flags)
     outcomes = [outcome(server.client()) for server in (one, other, one, other)]
     assert outcomes == ["429", "429", "ok", "ok"]
