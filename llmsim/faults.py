@@ -13,21 +13,35 @@ Per request, the first trigger that names a fault wins:
    up to more than 1 are scaled down to add up to 1 (every request fails).
 
 A handler makes one call, ``fault = sim.faults.begin(api, body, headers)``: immediate
-errors are raised there (a ``timeout``'s by ``await fault.wait()``, when ``fault.waits``), and
-the returned `llmsim.injection.Injection` shapes the plan (`fault.shape(plan)`: content
-filter) and the stream (`fault.stream(events, **ctx)`: a mid-stream error or drop after k
-tokens). With no fault, both hand their input back.
+errors are raised there, and the returned `llmsim.injection.Injection` shapes the plan
+(`fault.shape(plan)`: content filter) and the stream (`fault.stream(events, **ctx)`: a
+mid-stream error or drop after k tokens). With no fault, both hand their input back. When
+``fault.waits``, the handler first calls ``fault = await fault.wait()``: a ``timeout``'s error,
+once the timeout has passed, or a decision that is the shared store's to make.
+
+With a shared store (Redis: ``store.shared_faults``), the schedule and the rates live in the store,
+so every process behind one balancer sees one schedule: "the next `count` requests" are the
+next `count` requests any of them answers (the store counts and removes entries atomically,
+one round trip per request that names no fault in its header). A process whose config sets
+``fault_schedule`` or ``errors`` writes them to the store before its first use of it, unless
+the store already holds that same configuration (processes started alike write it once). The
+request and injection counts (``requests``, ``injected``) stay each process's own.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
+
+import orjson
 
 from llmsim import datafiles
 from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
 from llmsim.injection import NO_FAULT, Injection
+from llmsim.jsonbytes import dumps
 from llmsim.stats import fault_injected
 from llmsim.templates import Template
 
@@ -117,6 +131,13 @@ class FaultInjector:
             for i, raw in enumerate(settings.fault_schedule or ())]
         self.requests = 0
         self.injected: Counter[str] = Counter()
+        self.shared = None                # the store's shared schedule and rates (see `share`)
+        self._rates_raw: bytes | None = None
+
+    def share(self, shared) -> None:
+        """Keep the schedule and the rates in `shared` (a store's `shared_faults`) from now on."""
+        self.shared = shared
+        self._seeded = False
 
     # ---- configuration (config file at start-up, admin endpoint at runtime) ----
     def _kind(self, name, error: type[Exception], where: str) -> Kind:
@@ -149,17 +170,60 @@ class FaultInjector:
                              f"{where}.{key}")
         return ScheduleEntry(kind, count, raw.get("every"), params)
 
-    def update(self, schedule: list | None, replace: bool, rates: Mapping[str, float] | None) -> None:
+    async def update(self, schedule: list | None, replace: bool, rates: Mapping[str, float] | None) -> None:
         """A runtime change (POST /llmsim/faults): schedule entries appended (or replacing the
         schedule), rates replaced; all checked first (400 naming the field), then applied."""
         new = [self.entry(raw, InvalidRequestError, f"schedule[{i}]") for i, raw in enumerate(schedule or ())]
-        new_rates = self.check_rates(rates, InvalidRequestError, "errors") if rates is not None else self.rates
+        new_rates = self.check_rates(rates, InvalidRequestError, "errors") if rates is not None else None
+        if self.shared is not None:
+            await (await self._store()).update([_shared_entry(e) for e in new], replace, new_rates)
+            return
         self.schedule = new if replace else [*self.schedule, *new]
-        self.rates = new_rates
+        if new_rates is not None:
+            self.rates = new_rates
 
-    def clear(self) -> None:
+    async def clear(self) -> None:
+        if self.shared is not None:
+            await (await self._store()).clear()
+            return
         self.schedule = []
         self.rates = {}
+
+    async def state(self):
+        """What GET /llmsim/faults shows (templates/faults.yaml: the `injector`)."""
+        if self.shared is None:
+            return self
+        schedule, rates = await (await self._store()).state()
+        return SimpleNamespace(requests=self.requests, injected=self.injected, kinds=self.kinds,
+                               rates=rates, schedule=[self._entry_of(raw) for raw in schedule])
+
+    # ---- the shared schedule (a shared store's) ----
+    async def _store(self):
+        """The shared schedule, once this process's configured schedule and rates are in it."""
+        if not self._seeded:
+            if self.settings.fault_schedule or self.settings.errors:
+                schedule = [_shared_entry(e) for e in self.schedule]
+                digest = hashlib.sha256(dumps([schedule, self.rates])).hexdigest()
+                await self.shared.seed(digest, schedule, self.rates)
+            self._seeded = True
+        return self.shared
+
+    def _entry_of(self, raw: Mapping[str, Any]) -> ScheduleEntry:
+        return ScheduleEntry(self.kinds[raw["kind"]], raw["count"] or None, raw["every"] or None,
+                             dict(raw["params"] or {}), raw["seen"], raw["fired"])
+
+    async def pick_shared(self) -> Fault | None:
+        """`pick` for a request with no fault header, the schedule and rates read from the store."""
+        self.requests += 1
+        draw = self.rng.random()
+        fired, rates_raw = await (await self._store()).pick()
+        if fired is not None:
+            entry = self._entry_of(fired)
+            return self.make(entry.kind, entry.params, "schedule")
+        if rates_raw != self._rates_raw:        # parsed again only when they changed
+            self.rates = {} if rates_raw is None else dict(orjson.loads(rates_raw))
+            self._rates_raw = rates_raw
+        return self._rate(draw)
 
     # ---- per request ----
     def pick(self, header: str | None) -> Fault | None:
@@ -177,6 +241,9 @@ class FaultInjector:
             if fired.count is not None and fired.fired >= fired.count:
                 self.schedule.remove(fired)
             return self.make(fired.kind, fired.params, "schedule")
+        return self._rate(draw)
+
+    def _rate(self, draw: float) -> Fault | None:
         if not self.rates:
             return None
         draw *= max(1.0, sum(self.rates.values()))   # rates adding up to more than 1: scaled to 1
@@ -237,11 +304,18 @@ class FaultInjector:
         """The one call a handler makes per request (api: responses | chat | websocket).
 
         Raises the fault's APIError when it fails at once, or ConnectionDrop; otherwise returns
-        what the fault does to the plan and the stream. A timeout's `waits`: the handler
-        awaits its `wait()`, which raises the error once the timeout has passed (a call, not
-        a coroutine, for every other request).
+        what the fault does to the plan and the stream. When it `waits` (a timeout, or a
+        schedule in a shared store), the handler calls `fault = await fault.wait()`, which
+        raises the error once the timeout has passed or returns the Injection the store's
+        schedule decided (a call, not a coroutine, for every other request).
         """
-        fault = self.pick((headers or {}).get(HEADER))
+        header = (headers or {}).get(HEADER)
+        if self.shared is not None and header is None:
+            return Injection(self, None, api, body, waits=True)     # the store decides, in `wait()`
+        return self.apply(self.pick(header), api, body)
+
+    def apply(self, fault: Fault | None, api: str, body: Mapping[str, Any]) -> "Injection":
+        """What `fault` does to this request (see `begin`)."""
         if fault is None:
             return NO_FAULT
         self.injected[fault.kind.name] += 1
@@ -257,6 +331,13 @@ class FaultInjector:
                 raise ConnectionDrop()
             raise self.error(fault, api, body)
         return Injection(self, fault, api, body)
+
+
+def _shared_entry(entry: ScheduleEntry) -> dict[str, Any]:
+    """A schedule entry as a shared store keeps it (0 for an unset count or every)."""
+    return {"kind": entry.kind.name, "count": entry.count or 0, "every": entry.every or 0,
+            "params": entry.params, "seen": entry.seen, "fired": entry.fired}
+
 
 def _raise(error: type[Exception], message: str, where: str) -> Exception:
     if issubclass(error, APIError):

@@ -34,14 +34,18 @@ class Injection:
     fault: Fault | None = None
     api: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)
-    waits: bool = False         # a timeout: `await wait()` comes first (it raises)
+    waits: bool = False         # `fault = await fault.wait()` comes first
 
     def __bool__(self) -> bool:
         return self.fault is not None
 
-    async def wait(self) -> None:
-        """A timeout fault: its error, once the timeout has passed."""
+    async def wait(self) -> "Injection":
+        """A timeout fault: its error, once the timeout has passed. No fault yet: the one a
+        shared store's schedule decides (raised, waited for or returned, as `begin` would)."""
         injector, fault = self.injector, self.fault
+        if fault is None:
+            decided = injector.apply(await injector.pick_shared(), self.api, self.body)
+            return await decided.wait() if decided.waits else decided
         await injector.clock.sleep_until(injector.clock.now() + fault.timeout_after_ms / 1000)
         raise injector.error(fault, self.api, self.body)
 

@@ -57,6 +57,8 @@ class Simulator:
         self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
         self.store = open_store(self.settings)    # stored responses and conversations
+        if getattr(self.store, "shared_faults", None) is not None:
+            self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
 
     def profile_for(self, model) -> latency.Profile:

@@ -232,8 +232,8 @@ class Connection:
         start, began = sim.clock.now(), time.perf_counter()
         body, generate = parse_frame(raw, self.endpoint.validator)
         fault = sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
-        if fault.waits:                 # a timeout: its error, once the timeout has passed
-            await fault.wait()
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
         events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)

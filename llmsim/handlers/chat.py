@@ -16,8 +16,8 @@ class ChatHandlers:
         sim = self.sim
         start = sim.clock.began(received_at())
         fault = sim.faults.begin("chat", body, request_headers())
-        if fault.waits:                 # a timeout: its error, once the timeout has passed
-            await fault.wait()
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
         plan = chatplan.plan_chat(body, sim.context(body["model"]))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)

@@ -10,16 +10,16 @@ class FaultsHandlers:
         self.faults = sim.faults
         self.template = sim.templates["faults"]
 
-    def _state(self):
-        return transport.json_response(self.template.body_json(injector=self.faults))
+    async def _state(self):
+        return transport.json_response(self.template.body_json(injector=await self.faults.state()))
 
     async def get_state(self):
-        return self._state()
+        return await self._state()
 
     async def update(self, body: dict):
-        self.faults.update(body.get("schedule"), bool(body.get("replace")), body.get("errors"))
-        return self._state()
+        await self.faults.update(body.get("schedule"), bool(body.get("replace")), body.get("errors"))
+        return await self._state()
 
     async def clear(self):
-        self.faults.clear()
-        return self._state()
+        await self.faults.clear()
+        return await self._state()

@@ -17,8 +17,8 @@ class ResponsesHandlers:
         sim = self.sim
         start = sim.clock.began(received_at())
         fault = sim.faults.begin("responses", body, request_headers())
-        if fault.waits:                 # a timeout: its error, once the timeout has passed
-            await fault.wait()
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
         # previous_response_id / conversation history (none: known at once)
         prior = sim.state.known_prior(body) or await sim.state.prior(body)
         ctx = sim.context(body["model"])

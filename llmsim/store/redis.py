@@ -4,7 +4,8 @@ machines behind one load balancer.
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
 `conv:<id>:order` the list of item ids. `resp:order` / `conv:order` are sorted sets of ids by
-creation number, used to evict the oldest. Writes that must be atomic are Lua scripts;
+creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
+shares (`RedisFaults`, llmsim.faults). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
 
 The writes of a stored response (`put_response`, `put_conversation`, `add_items`) made while
@@ -141,6 +142,86 @@ return {status, redis.call('LRANGE', key .. ':ev', tonumber(ARGV[2]) + 1, -1)}
 """
 
 
+# The shared fault schedule (llmsim.faults): `faults:schedule` a JSON list of entries
+# {kind, count, every, params, seen, fired} (0: no count / every), `faults:rates` the rates' JSON,
+# `faults:config` the digest of the configuration last written by a starting process.
+# PICK: one request seen by every entry; the first entry to fire fires (and goes once its count is
+# reached). Returns {fired entry or nil, rates or nil}.
+PICK_FAULT = """
+local key = 'llmsim:faults:schedule'
+local rates = redis.call('GET', 'llmsim:faults:rates')
+local raw = redis.call('GET', key)
+if not raw then return {false, rates} end
+local schedule = cjson.decode(raw)
+local fired = false
+for i, entry in ipairs(schedule) do
+  entry.seen = entry.seen + 1
+  if not fired and (entry.every == 0 or entry.seen % entry.every == 0) then fired = i end
+end
+local result = false
+if fired then
+  local entry = schedule[fired]
+  entry.fired = entry.fired + 1
+  result = cjson.encode(entry)
+  if entry.count > 0 and entry.fired >= entry.count then table.remove(schedule, fired) end
+end
+if #schedule == 0 then redis.call('DEL', key) else redis.call('SET', key, cjson.encode(schedule)) end
+return {result, rates}
+"""
+
+# ARGV: replace (1: replace the schedule, 0: append), entries (a JSON list), rates ('' keeps them)
+UPDATE_FAULTS = """
+local key = 'llmsim:faults:schedule'
+local schedule = {}
+if ARGV[1] ~= '1' then
+  local raw = redis.call('GET', key)
+  if raw then schedule = cjson.decode(raw) end
+end
+for _, entry in ipairs(cjson.decode(ARGV[2])) do schedule[#schedule + 1] = entry end
+if #schedule == 0 then redis.call('DEL', key) else redis.call('SET', key, cjson.encode(schedule)) end
+if ARGV[3] ~= '' then redis.call('SET', 'llmsim:faults:rates', ARGV[3]) end
+return 1
+"""
+
+# ARGV: digest, entries (a JSON list), rates. Written unless this configuration already was.
+SEED_FAULTS = """
+if redis.call('GET', 'llmsim:faults:config') == ARGV[1] then return 0 end
+redis.call('SET', 'llmsim:faults:config', ARGV[1])
+if ARGV[2] == '[]' then redis.call('DEL', 'llmsim:faults:schedule')
+else redis.call('SET', 'llmsim:faults:schedule', ARGV[2]) end
+redis.call('SET', 'llmsim:faults:rates', ARGV[3])
+return 1
+"""
+
+
+class RedisFaults:
+    """The fault schedule and rates every process sharing this Redis uses (llmsim.faults)."""
+
+    def __init__(self, redis):
+        self.redis = redis
+        self._pick = redis.register_script(PICK_FAULT)
+        self._update = redis.register_script(UPDATE_FAULTS)
+        self._seed = redis.register_script(SEED_FAULTS)
+
+    async def pick(self) -> tuple[dict | None, bytes | None]:
+        """This request's fired entry (or None) and the rates' JSON (or None), atomically."""
+        fired, rates = await self._pick()
+        return (None if fired is None else orjson.loads(fired)), rates
+
+    async def update(self, entries: list[dict], replace: bool, rates: dict | None) -> None:
+        await self._update(args=[1 if replace else 0, dumps(entries), b"" if rates is None else dumps(rates)])
+
+    async def seed(self, digest: str, entries: list[dict], rates: dict) -> None:
+        await self._seed(args=[digest, dumps(entries), dumps(rates)])
+
+    async def clear(self) -> None:
+        await self.redis.delete(f"{PREFIX}faults:schedule", f"{PREFIX}faults:rates")
+
+    async def state(self) -> tuple[list[dict], dict]:
+        schedule, rates = await self.redis.mget(f"{PREFIX}faults:schedule", f"{PREFIX}faults:rates")
+        return (orjson.loads(schedule) if schedule else []), (orjson.loads(rates) if rates else {})
+
+
 class RedisStore:
     needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
 
@@ -163,6 +244,7 @@ class RedisStore:
         self._delete_item = register(DELETE_ITEM)
         self._items = register(CONVERSATION_ITEMS)
         self._events = register(EVENTS)
+        self.shared_faults = RedisFaults(self.redis)     # one fault schedule for every process
         self._queued: list[tuple] = []                 # (script, args, future) not sent yet
         self._sender: asyncio.Task | None = None       # sends the queue, batch by batch
         self._direct: asyncio.Future | None = None     # done when the write on its way alone is
