@@ -9,7 +9,8 @@ from pathlib import Path
 from llmsim import datafiles
 from llmsim.clock import Clock
 from llmsim.errors import ConfigError
-from llmsim.faults.catalogue import FaultInjector, load_kinds
+from llmsim.faults.catalogue import FaultInjector
+from llmsim.faults.kinds import load_kinds
 from llmsim.observe.stats import Stats
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings

@@ -6,7 +6,7 @@ import openai
 import pytest
 import yaml
 
-from llmsim.faults.catalogue import load_kinds
+from llmsim.faults.kinds import load_kinds
 from llmsim.settings import REPO_DIR
 
 BODY = {"model": "gpt-4o-mini", "input": "hi"}

@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from llmsim import datafiles
 from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
 from llmsim.faults.injection import NO_FAULT, Injection
+from llmsim.faults.kinds import Fault, Kind
 from llmsim.observe.stats import fault_injected
 from llmsim.render.templates import Template
 
@@ -36,40 +36,6 @@ HEADER = "x-llmsim-fault"
 PARAMS: dict[str, Callable[[Any], Any]] = {"after_tokens": int, "retry_after": float,
                                            "timeout_after_ms": float}
 LIMITS = {"after_tokens": 1_000_000_000, "retry_after": 86_400, "timeout_after_ms": 3_600_000}
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """One catalogue entry (see data/faults.yaml for the meaning of each field)."""
-    name: str
-    status: int
-    type: str
-    code: str | None
-    param: str | None
-    message: str
-    headers: dict[str, str]
-    effect: str
-    after_tokens: int | None
-    retry_after: float | None
-    timeout_after_ms: float
-
-
-def load_kinds(path=None) -> dict[str, Kind]:
-    doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
-    return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
-                       dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
-                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)))
-            for name, k in doc["kinds"].items()}
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """A fault chosen for one request: the kind plus its effective parameters."""
-    kind: Kind
-    after_tokens: int | None
-    retry_after: float | None
-    timeout_after_ms: float
-    source: str                       # header | schedule | rate
 
 
 class InjectedFault(APIError):

@@ -11,14 +11,12 @@ back unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 from llmsim.errors import ConnectionDrop
+from llmsim.faults.kinds import Fault
 from llmsim.render import sse
 from llmsim.render.templates import Event, Template
-
-if TYPE_CHECKING:
-    from llmsim.faults.catalogue import Fault, FaultInjector
 
 # Which tail a mid-stream fault sends, by (api, effect); see templates/faults.yaml.
 TAILS = {("responses", "stream_failed"): "response.failed", ("responses", "stream_error"): "error",
@@ -27,10 +25,19 @@ TAILS = {("responses", "stream_failed"): "response.failed", ("responses", "strea
 TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
 
 
+class Injector(Protocol):
+    """What an injection needs of the injector that chose it (llmsim.faults.catalogue.FaultInjector)."""
+    clock: Any
+    settings: Any
+    tails: Template
+
+    def error(self, fault: Fault, api: str, body: Mapping[str, Any]) -> Exception: ...
+
+
 @dataclass
 class Injection:
     """What one request's fault does to its plan and stream; `NO_FAULT` does nothing."""
-    injector: FaultInjector | None = None
+    injector: Injector | None = None
     fault: Fault | None = None
     api: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, AsyncIterator, Iterator
+from typing import AsyncIterator, Iterator, Protocol, Sequence
 
 from llmsim.pacing import transport
 from llmsim.render import sse
 from llmsim.render.templates import Event
-from llmsim.state.store import ACTIVE
-
-if TYPE_CHECKING:
-    from llmsim.state.responses import Prior, ResponseState
+from llmsim.state.prior import Prior
+from llmsim.state.store import ACTIVE, Store
 
 log = logging.getLogger("llmsim")
 POLL_S = 0.02      # how often a reader in another process looks for new events
@@ -71,15 +69,25 @@ def latest_response(batch: list[Event]) -> dict | None:
     return None
 
 
+class Recorder(Protocol):
+    """What background responses need of the response state (llmsim.state.responses.ResponseState)."""
+    store: Store
+
+    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot, frames: Sequence[bytes] = (),
+                   plan=None) -> None: ...
+
+    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot) -> None: ...
+
+
 class Jobs:
     """The background responses running in this process."""
 
-    def __init__(self, sim, state: "ResponseState"):
+    def __init__(self, sim, state: Recorder):
         self.sim = sim
         self.state = state
         self.running: dict[str, Job] = {}
 
-    async def start(self, body: dict, prior: "Prior", own: list[dict], events: Iterator[Event],
+    async def start(self, body: dict, prior: Prior, own: list[dict], events: Iterator[Event],
                     start: float) -> tuple[Job, dict]:
         """Store the queued response and run the rest of `events` in a task."""
         first = next(events)   # response.created, status queued
@@ -91,7 +99,7 @@ class Jobs:
         job.task = asyncio.create_task(self._run(job, body, prior, own, events, start))
         return job, snapshot
 
-    async def _run(self, job: Job, body: dict, prior: "Prior", own: list[dict],
+    async def _run(self, job: Job, body: dict, prior: Prior, own: list[dict],
                    events: Iterator[Event], start: float) -> None:
         store = self.state.store
         try:

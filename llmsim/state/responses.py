@@ -14,7 +14,6 @@ it answered.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
 import orjson
@@ -27,6 +26,7 @@ from llmsim.render.jsonbytes import dumps
 from llmsim.render.templates import Event
 from llmsim.sim import inputs
 from llmsim.state.background import Jobs
+from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 
 # Id prefixes of items the client sent without one.
@@ -69,21 +69,6 @@ def _check_background(body: dict) -> None:
         raise InvalidRequestError("Background responses must be stored: store=false cannot be "
                                   "used with background=true.", param="background",
                                   code="unsupported_parameter")
-
-
-@dataclass(slots=True)
-class Prior:
-    """What a request continues: history items (as the API returns them) and where from."""
-    items: Sequence[dict] = field(default_factory=list)
-    source: str = "input"             # "input" (nothing), "previous_response_id" or "conversation"
-    conversation: str | None = None
-
-    @property
-    def turns(self) -> list[inputs.Turn]:
-        return inputs.items_turns(self.items, self.source) if self.items else []
-
-
-NO_PRIOR = Prior(items=())    # what a request that continues nothing continues (never changed)
 
 
 class ResponseState:
