@@ -38,15 +38,8 @@ from llmsim.api.methods import AllowedMethods
 from llmsim.api.validation import BodyValidator
 from llmsim.api.websocket import ResponsesSocket
 from llmsim.clock import Clock
-from llmsim.errors import (
-    APIError,
-    InvalidRequestError,
-    MethodNotAllowedError,
-    NotFoundError,
-    PayloadTooLargeError,
-    ServerError,
-    UnsupportedMediaTypeError,
-)
+from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
+                           PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
 from llmsim.pacing import transport
 from llmsim.settings import REPO_DIR, Settings
 from llmsim.simulator import Simulator

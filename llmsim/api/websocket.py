@@ -46,15 +46,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 
 from llmsim import datafiles
 from llmsim.api import validation
-from llmsim.errors import (
-    APIError,
-    ConfigError,
-    ConnectionDrop,
-    InvalidRequestError,
-    NotFoundError,
-    PreviousResponseNotFoundError,
-    ServerError,
-)
+from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
+                           PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
