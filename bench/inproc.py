@@ -11,7 +11,7 @@ uvicorn adds ~20 µs on top. Read it as a trend between commits on one machine.
 
 `--paced` runs N concurrent chat streams at W5's pacing (200 ms TTFT, 20 ms gaps) on the
 real clock and the process's shared timer, each on a stand-in for `llmsim serve`'s
-connection that counts the chunks written to it instead of sending them (llmsim.connection's
+connection that counts the chunks written to it instead of sending them (llmsim.server.connection's
 direct path). Runs of 50-token and 1-token replies differ only in events, so their CPU
 difference divided by the extra chunks is what one event costs llmsim's Python: the timer,
 rendering, framing, the write call; not the socket's system call or uvicorn's objects.
@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmsim import accepting  # noqa: E402
+from llmsim.server import accepting  # noqa: E402
 from llmsim.app import create_app  # noqa: E402
-from llmsim.connection import PROTOCOL  # noqa: E402
+from llmsim.server.connection import PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say something."}]}
@@ -123,7 +123,7 @@ async def measure(name: str, n: int, flags: dict, profile: bool, rounds: int = 1
 
 
 class CountingConnection:
-    """What llmsim.connection reaches of a connection under `llmsim serve` (its protocol,
+    """What llmsim.server.connection reaches of a connection under `llmsim serve` (its protocol,
     request cycle, flow control and transport, in one object), counting the chunks written."""
     chunked_encoding, write_paused, disconnected, response_complete = True, False, False, False
     on_lost = None

@@ -1,13 +1,13 @@
-"""llmsim's token counting (llmsim.bpe) against tiktoken's: memory and CPU per token.
+"""llmsim's token counting (llmsim.sim.bpe) against tiktoken's: memory and CPU per token.
 
     python bench/tokenizer.py            # both encodings: resident MB, load time, µs per token
 
 Memory is what loading one encoding adds to a fresh process's RSS (malloc_trim'd, as the
 server does), each measured in its own subprocess. Speed is the best of 5 counts of each
 text, with llmsim's cache of merged pre-tokens cleared first: every text is new to it, as a
-prompt no earlier request sent (llmsim.tokens also remembers whole texts it counted: a
+prompt no earlier request sent (llmsim.sim.tokens also remembers whole texts it counted: a
 system prompt sent again costs a lookup). tiktoken is loaded offline as the tests load it,
-and measured as llmsim held it before llmsim.bpe: without its Python copy of the ranks.
+and measured as llmsim held it before llmsim.sim.bpe: without its Python copy of the ranks.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ sys.path.insert(0, {tests!r})
 def rss():
     return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) / 1024
 if {which!r} == 'llmsim':
-    from llmsim import tokens as module
+    from llmsim.sim import tokens as module
     load = module.encoding
 else:
     import counting
@@ -74,7 +74,7 @@ def per_token(count, text: str, clear) -> float:
 def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     from counting import reference
-    from llmsim import tokens
+    from llmsim.sim import tokens
     for name in tokens.ENCODINGS:
         ours_mb, ours_s = load_cost("llmsim", name)
         theirs_mb, theirs_s = load_cost("tiktoken", name)

@@ -1,5 +1,5 @@
 """`create_app(settings)`: the app, routed and validated from our OpenAPI document: the connexion
-app behind llmsim's front door (llmsim.front).
+app behind llmsim's front door (llmsim.api.front).
 
 No import-time side effects (but one: which optional modules load, below): everything (data,
 templates, spec) is loaded here, and a bad template or data file raises ConfigError before
@@ -23,24 +23,25 @@ from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from llmsim import __version__, datafiles, transport
+from llmsim import __version__, datafiles
+from llmsim.api.fastpath import json_operations
+from llmsim.api.front import Front
+from llmsim.api.handlers.chat import ChatHandlers
+from llmsim.api.handlers.conversations import ConversationsHandlers
+from llmsim.api.handlers.faults import FaultsHandlers
+from llmsim.api.handlers.models import ModelsHandlers
+from llmsim.api.handlers.response_store import ResponseStoreHandlers
+from llmsim.api.handlers.responses import ResponsesHandlers
+from llmsim.api.handlers.stats import StatsHandlers
+from llmsim.api.methods import AllowedMethods
+from llmsim.api.validation import BodyValidator
+from llmsim.api.websocket import ResponsesSocket
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
                            PayloadTooLargeError, ServerError, UnsupportedMediaTypeError)
-from llmsim.fastpath import json_operations
-from llmsim.front import Front
-from llmsim.handlers.chat import ChatHandlers
-from llmsim.handlers.conversations import ConversationsHandlers
-from llmsim.handlers.faults import FaultsHandlers
-from llmsim.handlers.models import ModelsHandlers
-from llmsim.handlers.response_store import ResponseStoreHandlers
-from llmsim.handlers.responses import ResponsesHandlers
-from llmsim.methods import AllowedMethods
-from llmsim.handlers.stats import StatsHandlers
+from llmsim.pacing import transport
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
-from llmsim.validation import BodyValidator
-from llmsim.websocket import ResponsesSocket
 
 log = logging.getLogger("llmsim")
 BASE_PATHS = ("/openai/v1", "/v1")

@@ -9,8 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llmsim import listening
 from llmsim.errors import ConfigError
+from llmsim.server import listening
 from llmsim.settings import Settings, for_worker, to_worker_environ
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser().parse_args(argv))
     command = args.pop("command")
     if command == "top":                    # a client of a running server: no settings
-        from llmsim.dashboard import main as top
+        from llmsim.observe.dashboard import main as top
         return top(**args)
     try:
         settings = Settings.load(args)
@@ -141,13 +141,13 @@ def _serve(settings: Settings) -> int:
         # and uvicorn's middleware for it was one more layer on every request (~1.5% of W1)
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
                        access_log=False, lifespan="on", http=http_protocol(), proxy_headers=False,
-                       loop="llmsim.accepting:new_event_loop")
+                       loop="llmsim.server.accepting:new_event_loop")
         if settings.workers == 1:
             from llmsim.app import create_app
             config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
             server = uvicorn.Server(config)
             try:
-                server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.accepting
+                server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.server.accepting
             except KeyboardInterrupt:   # uvicorn re-raises Ctrl-C once it has shut down
                 pass
             if not server.started:
@@ -156,7 +156,7 @@ def _serve(settings: Settings) -> int:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
             if not (settings.reuse_port and listening.reuse_port_supported()):
-                options["loop"] = "llmsim.accepting:new_shared_event_loop"
+                options["loop"] = "llmsim.server.accepting:new_shared_event_loop"
             run_workers(uvicorn.Config("llmsim.cli:worker_app", factory=True, workers=settings.workers,
                                        **options), settings.reuse_port)
     return 0
@@ -164,9 +164,9 @@ def _serve(settings: Settings) -> int:
 
 def run_workers(config, reuse_port: bool) -> None:
     """uvicorn's process manager. By default the workers share one listening socket, and
-    each takes half of the connections waiting when it wakes (llmsim.accepting). With
+    each takes half of the connections waiting when it wakes (llmsim.server.accepting). With
     `reuse_port` (the default), each worker listens on its own SO_REUSEPORT socket
-    (llmsim.listening), the kernel spreads connections over them and each worker accepts
+    (llmsim.server.listening), the kernel spreads connections over them and each worker accepts
     all of its own at once: measured best for bursts of streams and as good for wrk."""
     from uvicorn.supervisors import Multiprocess
     if reuse_port and listening.reuse_port_supported():
@@ -204,13 +204,13 @@ def _build_app(settings: Settings) -> str | None:
 
 
 def http_protocol() -> str:
-    """uvicorn's httptools protocol with one socket write per loop step (llmsim.corking);
+    """uvicorn's httptools protocol with one socket write per loop step (llmsim.server.corking);
     uvicorn's default where httptools is missing."""
     try:
         import httptools  # noqa: F401
     except ImportError:
         return "auto"
-    return "llmsim.corking:CorkedHttpToolsProtocol"
+    return "llmsim.server.corking:CorkedHttpToolsProtocol"
 
 
 def _memory_dir() -> str | None:
@@ -242,9 +242,9 @@ def _shared_paths(settings: Settings, store_scratch: Path | None, stats_scratch:
 
 def worker_app():
     """uvicorn's app factory in each `--workers` process: the settings `serve` handed over,
-    on a CPU of its own (llmsim.affinity)."""
-    from llmsim import affinity
+    on a CPU of its own (llmsim.server.affinity)."""
     from llmsim.app import create_app
+    from llmsim.server import affinity
     settings = for_worker()
     affinity.pin_worker(settings.workers, settings.pin_workers)
     return create_app(settings)

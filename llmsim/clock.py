@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-
 RETRY = 0.001      # the shortest second wait: one step of uvloop's clock (no spinning)
 
 
 class Clock:
-    realtime = True     # real time, the base of the loop's timers: streams may pace on them (llmsim.pacer)
+    realtime = True     # real time, the base of the loop's timers: streams may pace on them (llmsim.pacing.pacer)
 
     # Monotonic seconds: the base of the loop's timers (asyncio's and uvloop's clocks are
     # CLOCK_MONOTONIC), read precisely: uvloop's `loop.time()` is whole milliseconds as of the

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 class ConnectionDrop(BaseException):
     """Close the client's connection abruptly (an injected `stream_drop` fault). A BaseException,
-    so no error handler turns it into a response; `llmsim.guard` ends the exchange unfinished."""
+    so no error handler turns it into a response; `llmsim.api.guard` ends the exchange unfinished."""
 
 
 class LLMSimError(Exception):

@@ -47,7 +47,7 @@ class Settings:
     stats_dir: str | None = None        # where --workers share stats snapshots (serve sets one)
     ws_max_age_s: float = 3600.0        # Responses WebSocket: close connections older than this
     ws_max_connections: int = 1000      # Responses WebSocket: refuse upgrades beyond this many
-    errors: dict | None = None          # fault kind -> probability per request (llmsim.faults)
+    errors: dict | None = None          # fault kind -> probability per request (llmsim.faults.catalogue)
     fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
     api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)
     max_body_bytes: int = 33554432      # larger request bodies get 413
@@ -57,7 +57,7 @@ class Settings:
     store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
     workers: int = 1                    # server processes sharing the port
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
-    pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.affinity)
+    pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
 
     @property
     def templates_dir(self) -> Path:

@@ -6,18 +6,20 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmsim import datafiles, latency, tokens
+from llmsim import datafiles
 from llmsim.clock import Clock
 from llmsim.errors import ConfigError
-from llmsim.faults import FaultInjector, load_kinds
-from llmsim.models import Catalogue
-from llmsim.plan import Context
-from llmsim.reasoning import ReasoningRules
+from llmsim.faults.catalogue import FaultInjector
+from llmsim.faults.kinds import load_kinds
+from llmsim.observe.stats import Stats
+from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
-from llmsim.stats import Stats
-from llmsim.state import ResponseState
-from llmsim.store import open_store
-from llmsim.templates import TemplateSet
+from llmsim.sim import latency, tokens
+from llmsim.sim.models import Catalogue
+from llmsim.sim.plan import Context
+from llmsim.sim.reasoning import ReasoningRules
+from llmsim.state.responses import ResponseState
+from llmsim.state.store import open_store
 
 # With --seed, timestamps are simulated too (this epoch plus one second per request), so the
 # same seed and the same requests give the same bytes.

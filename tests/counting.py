@@ -1,7 +1,7 @@
 """Expected token counts, computed independently of llmsim.
 
 They come from tiktoken itself (its Rust core, and its own definitions of the encodings),
-which the server does not use: llmsim.bpe holds the same vocabularies its own way. The
+which the server does not use: llmsim.sim.bpe holds the same vocabularies its own way. The
 chat formula is OpenAI's published one: 3 tokens of framing per message plus its role and
 content, and 3 more priming the reply; an image costs 85 tokens.
 """

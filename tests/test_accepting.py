@@ -1,5 +1,5 @@
 """The serving loop accepts a burst of connections at once and has room for them
-(llmsim.accepting): connections opened together are served together."""
+(llmsim.server.accepting): connections opened together are served together."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from llmsim import accepting
+from llmsim.server import accepting
 
 uvloop_only = pytest.mark.skipif(accepting.uvloop is None, reason="uvloop is not installed")
 

@@ -1,4 +1,4 @@
-"""`--workers` filling the CPUs: each worker pinned to a CPU of its own (llmsim.affinity)."""
+"""`--workers` filling the CPUs: each worker pinned to a CPU of its own (llmsim.server.affinity)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import LiveServer
-from llmsim import affinity
+from llmsim.server import affinity
 
 pytestmark = pytest.mark.skipif(not affinity.supported(), reason="Linux CPU affinity only")
 
@@ -66,7 +66,7 @@ def test_where_pinning_is_refused_the_worker_runs_unpinned_and_frees_its_claim(s
 
 
 def test_a_dead_workers_cpu_is_claimed_again(server_id):
-    code = (f"from llmsim import affinity; "
+    code = (f"from llmsim.server import affinity; "
             f"assert affinity.claim_cpu([3], {server_id}, lambda pid, cpus: None) == 3")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
     assert affinity.claim_cpu([3], server_id, lambda pid, cpus: None) == 3

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from counting import reference
-from llmsim import bpe, tokens
+from llmsim.sim import bpe, tokens
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim import chatplan
+from llmsim.sim import chatplan
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
 from llmsim.simulator import Simulator
@@ -35,7 +35,7 @@ def test_a_single_text_choice_streams_in_due_time_order(sim, body):
 
 
 def test_a_content_filter_cut_streams_the_cut_choice(sim):
-    from llmsim.injection import _cut_chat
+    from llmsim.faults.injection import _cut_chat
     body = BODIES[0]
     plan = chatplan.plan_chat(body, sim.context(body["model"]))
     _cut_chat(plan, 4, "llmsim")

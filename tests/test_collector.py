@@ -1,4 +1,4 @@
-"""When a serving process lets CPython's cyclic collector run (llmsim.collector): young
+"""When a serving process lets CPython's cyclic collector run (llmsim.server.collector): young
 collections rarely, a full pass never on its own under load, when the process goes quiet,
 and at the latest `max_wait` apart under load that never does."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import gc
 
 from llmsim.app import create_app
-from llmsim.collector import NEVER, YOUNG, Collector
+from llmsim.server.collector import NEVER, YOUNG, Collector
 from llmsim.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""`llmsim serve`'s HTTP protocol (llmsim.corking) on a real event loop, fed raw bytes: a
+"""`llmsim serve`'s HTTP protocol (llmsim.server.corking) on a real event loop, fed raw bytes: a
 paced stream's chunks reach the connection in HTTP chunked framing, and while the client
 reads slowly (the transport paused writing) nothing more is written until it drains, and
 when the client leaves the stream ends at once."""
@@ -12,11 +12,11 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
-from llmsim.corking import CorkedHttpToolsProtocol
-from llmsim.fastpath import RECEIVED_AT
-from llmsim.sse import framed
-from llmsim.templates import Event
-from llmsim.transport import Paced, SSEResponse
+from llmsim.server.corking import CorkedHttpToolsProtocol
+from llmsim.server.context import RECEIVED_AT
+from llmsim.render.sse import framed
+from llmsim.render.templates import Event
+from llmsim.pacing.transport import Paced, SSEResponse
 
 GAP = 0.005
 N = 20
@@ -80,7 +80,7 @@ def connect(n: int = N, app=None) -> tuple[CorkedHttpToolsProtocol, Transport]:
 
 async def handled(*protocols: CorkedHttpToolsProtocol, timeout: float = 5) -> None:
     """Until what the protocols read is handled: started two loop steps after it was read
-    (llmsim.starting), then, for a request that waited, its task done."""
+    (llmsim.server.starting), then, for a request that waited, its task done."""
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     await asyncio.wait_for(asyncio.gather(*(t for p in protocols for t in p.tasks)), timeout)

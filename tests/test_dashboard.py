@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from llmsim import dashboard, statsview
-from llmsim.stats import Stats
-from llmsim.templates import TemplateSet
+from llmsim.observe import dashboard, statsview
+from llmsim.observe.stats import Stats
+from llmsim.render.templates import TemplateSet
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

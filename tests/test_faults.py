@@ -5,7 +5,7 @@ import pytest
 
 import oai_schemas
 from llmsim.errors import ConfigError
-from llmsim.faults import load_kinds
+from llmsim.faults.kinds import load_kinds
 from llmsim.settings import Settings
 from sse import parse
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from llmsim.faults import load_kinds
+from llmsim.faults.kinds import load_kinds
 
 BODY = {"model": "gpt-4o-mini", "input": "hi"}
 

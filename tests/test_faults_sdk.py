@@ -6,7 +6,7 @@ import time
 import openai
 import pytest
 
-from llmsim.faults import load_kinds
+from llmsim.faults.kinds import load_kinds
 
 KINDS = load_kinds()
 FAULT = "x-llmsim-fault"

@@ -1,4 +1,4 @@
-"""The front door (llmsim.front) behind `llmsim serve`'s protocol (llmsim.corking), fed raw
+"""The front door (llmsim.api.front) behind `llmsim serve`'s protocol (llmsim.server.corking), fed raw
 bytes: a JSON answer leaves whole in one write, with the observer's headers, and the
 connection stays open for the next request, or closes after an HTTP/1.0 answer."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.app import create_app
-from llmsim.corking import CorkedHttpToolsProtocol
+from llmsim.server.corking import CorkedHttpToolsProtocol
 from llmsim.settings import Settings
 from test_corking import Transport, handled
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from counting import count
-from llmsim.textgen import WORDS
+from llmsim.sim.textgen import WORDS
 
 
 async def answer(app_client, body=None, **settings) -> dict:

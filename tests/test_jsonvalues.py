@@ -1,4 +1,4 @@
-"""Tool-call arguments come from `llmsim.jsonvalues`: every value it draws must validate
+"""Tool-call arguments come from `llmsim.sim.jsonvalues`: every value it draws must validate
 against the schema it was drawn from, and a seed must fix it."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import jsonschema
 import pytest
 
-from llmsim import jsonvalues
+from llmsim.sim import jsonvalues
 
 SCHEMAS = {
     "enum and required": {

@@ -64,7 +64,7 @@ async def test_fixed_ttft_and_gap_set_the_text_delta_times():
 
 
 async def test_every_answer_of_a_fixed_profile_keeps_its_times():
-    """Answers of one length share their due times (llmsim.latency.fixed_times): answers
+    """Answers of one length share their due times (llmsim.sim.latency.fixed_times): answers
     after one whose text starts later (after reasoning) have their own, each time."""
     app = TimedApp(ttft_ms=210, tbt_ms=30, target_tokens=7)   # times no other test asks for
     reasoned = times_of(await app.post({"model": "o3-mini", "input": "hi", "stream": True}),

@@ -1,4 +1,4 @@
-"""The shared timer that paces every SSE stream of a process (llmsim.pacer), on a real loop:
+"""The shared timer that paces every SSE stream of a process (llmsim.pacing.pacer), on a real loop:
 events leave in order and never before they are due, a client whose buffer is full holds
 only its own stream back, and drops and keep-alives behave as in a stream paced by a task."""
 from __future__ import annotations
@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from llmsim import accepting
+from llmsim.server import accepting
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
-from llmsim.front import Front
-from llmsim.pacer import PACERS, PacedStream, send_now
-from llmsim.sse import framed
-from llmsim.stats import Stats
-from llmsim.templates import Event
-from llmsim.transport import Paced, SSEResponse
+from llmsim.api.front import Front
+from llmsim.pacing.pacer import PACERS, PacedStream, send_now
+from llmsim.render.sse import framed
+from llmsim.observe.stats import Stats
+from llmsim.render.templates import Event
+from llmsim.pacing.transport import Paced, SSEResponse
 
 GAP = 0.005
 

@@ -1,4 +1,4 @@
-"""How `llmsim serve` starts requests (llmsim.starting): a batch a loop step after it was read,
+"""How `llmsim serve` starts requests (llmsim.server.starting): a batch a loop step after it was read,
 each at once until it first waits, then in a task that behaves as if it had run from the start."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextvars
 
 import pytest
 
-from llmsim.starting import Starter, start_eagerly
+from llmsim.server.starting import Starter, start_eagerly
 
 REQUEST = contextvars.ContextVar("request", default=None)
 

@@ -296,8 +296,8 @@ async def test_connections_opened_at_once_are_spread_over_the_workers(live_serve
 def test_percentiles_track_the_values_observed():
     import random
 
-    from llmsim import statsview
-    from llmsim.stats import Stats
+    from llmsim.observe import statsview
+    from llmsim.observe.stats import Stats
 
     rng = random.Random(8)
     values = sorted(rng.lognormvariate(-2, 0.8) for _ in range(5000))
@@ -315,7 +315,7 @@ async def test_a_slow_snapshot_write_does_not_hold_the_workers_streams(tmp_path,
     waits (as a rename waits on a disk that discards freed blocks), the loop runs on."""
     import threading
 
-    from llmsim import stats as stats_module
+    from llmsim.observe import stats as stats_module
 
     release = threading.Event()
     loop_ran_during_write: list[bool] = []
@@ -344,7 +344,7 @@ async def test_a_slow_snapshot_write_does_not_hold_the_workers_streams(tmp_path,
 
 
 async def test_a_worker_starting_after_its_server_removed_the_stats_directory_leaves_none(tmp_path):
-    from llmsim.stats import Stats
+    from llmsim.observe.stats import Stats
 
     stats = Stats(share_dir=str(tmp_path / "llmsim-stats-gone" / "stats"))
     stats.serving()
@@ -355,7 +355,7 @@ async def test_a_worker_starting_after_its_server_removed_the_stats_directory_le
 def test_lateness_counted_in_batches_reads_as_each_value_counted_at_once():
     import random
 
-    from llmsim.stats import Histogram, Lateness
+    from llmsim.observe.stats import Histogram, Lateness
 
     rng = random.Random(3)
     values = [rng.choice([0.0, 1e-5, 0.0012, 0.25]) if rng.random() < 0.1 else rng.expovariate(300)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.store import Bounds, Conversation, StoredResponse
-from llmsim.store.lmdb import LmdbStore
-from llmsim.store.memory import MemoryStore
-from llmsim.store.sqlite import SqliteStore
+from llmsim.state.store import Bounds, Conversation, StoredResponse
+from llmsim.state.store.lmdb import LmdbStore
+from llmsim.state.store.memory import MemoryStore
+from llmsim.state.store.sqlite import SqliteStore
 
 BACKENDS = {
     "memory": lambda tmp_path, bounds: MemoryStore(bounds),

@@ -3,7 +3,7 @@ official SDK: the same stored responses, chains, deletions, background runs, con
 and stored streams, whichever store keeps them.
 
 `llmsim serve` starts a request whose body came with its headers at once, outside an asyncio
-task, until it first waits (llmsim.starting); under `--profile instant` a stored response is
+task, until it first waits (llmsim.server.starting); under `--profile instant` a stored response is
 written to the store before anything waits. The SDK's own transport (httpx) sends a body
 apart from its headers, so these tests give it one that writes each request in one piece, as
 curl and load generators do, and every store call of these requests runs on that path.

@@ -10,10 +10,10 @@ import os
 import lmdb
 import pytest
 
-import llmsim.store.lmdb as lmdb_store
+import llmsim.state.store.lmdb as lmdb_store
 from llmsim.errors import ConfigError
-from llmsim.store import Bounds, Conversation, StoredResponse
-from llmsim.store.lmdb import LmdbStore
+from llmsim.state.store import Bounds, Conversation, StoredResponse
+from llmsim.state.store.lmdb import LmdbStore
 
 
 def record(n: int, status: str = "completed") -> StoredResponse:

@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 
-import llmsim.store.memory as memory_store
+import llmsim.state.store.memory as memory_store
 from llmsim.settings import Settings
-from llmsim.store import Bounds, Conversation, StoredResponse, open_store
-from llmsim.store.memory import MemoryStore
+from llmsim.state.store import Bounds, Conversation, StoredResponse, open_store
+from llmsim.state.store.memory import MemoryStore
 
 
 def record(n: int, status: str = "completed") -> StoredResponse:

@@ -124,8 +124,8 @@ def test_workers_on_one_port_share_the_embedded_store(live_server_factory):
 
 
 async def test_flushing_a_redis_store_waits_for_its_batched_writes(redis_url):
-    from llmsim.store import Bounds, StoredResponse
-    from llmsim.store.redis import RedisStore
+    from llmsim.state.store import Bounds, StoredResponse
+    from llmsim.state.store.redis import RedisStore
     store = RedisStore(redis_url, Bounds(100, None))
     writes = [asyncio.ensure_future(store.put_response(StoredResponse(f"resp_flush_{n}", {"status": "completed"})))
               for n in range(20)]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llmsim.store import Bounds, StoredResponse
-from llmsim.store.sqlite import SqliteStore
+from llmsim.state.store import Bounds, StoredResponse
+from llmsim.state.store.sqlite import SqliteStore
 
 
 def record(n: int) -> StoredResponse:
@@ -91,7 +91,7 @@ async def test_the_oldest_are_evicted_within_one_commit(path):
 
 async def test_the_wal_file_stays_bounded_under_steady_writes(path, monkeypatch):
     """Checkpoints run while writes keep coming; each must let the WAL start over."""
-    monkeypatch.setattr("llmsim.store.sqlite.MAINTAIN_EVERY", 20)
+    monkeypatch.setattr("llmsim.state.store.sqlite.MAINTAIN_EVERY", 20)
     store = SqliteStore(path, Bounds(50, None))
     for n in range(3000):                     # one commit each, while the thread checkpoints
         frames = [b'event: e\ndata: {"pad":"%s"}\n\n' % os.urandom(1500).hex().encode() for _ in range(4)]

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 import sse
-import llmsim.sse
+import llmsim.render.sse
 from conftest import REPO
 from llmsim.app import create_app
 from llmsim.errors import ConfigError
 from llmsim.settings import Settings
-from llmsim.templates import TemplateSet
+from llmsim.render.templates import TemplateSet
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ stream:
         (0.0, b'event: start\ndata: {"seq":0}\n\n'),
         (0.5, b'data: {"x":0.5,"seq":1}\n\n'), (0.7, b'data: {"x":0.7,"seq":2}\n\n'),
         (0.7, b"event: nothing\ndata: null\n\n"), (0.7, b"data: [DONE]\n\n")]
-    assert list(t.frames(xs=[0.5, 0.7])) == list(llmsim.sse.framed(t.events(xs=[0.5, 0.7])))
+    assert list(t.frames(xs=[0.5, 0.7])) == list(llmsim.render.sse.framed(t.events(xs=[0.5, 0.7])))
 
 
 def test_a_test_inside_a_loop_reads_the_item_of_that_run_of_the_loop(tmp_path):
@@ -226,7 +226,7 @@ stream:
     pairs = [(1, "a"), (2, "b"), (3, "skip"), (5, "c")]
     assert [(e.name, e.data) for e in t.events(pairs=pairs)] == [
         ("small", {"tag": "a"}), ("big", {"x": 2}), ("small", {"tag": "skip"}), ("big", {"x": 5})]
-    assert [f for _, f in t.frames(pairs=pairs)] == [f for _, f in llmsim.sse.framed(t.events(pairs=pairs))]
+    assert [f for _, f in t.frames(pairs=pairs)] == [f for _, f in llmsim.render.sse.framed(t.events(pairs=pairs))]
 
 
 def test_nested_loops_see_outer_variables_and_a_loop_variable_ends_with_its_loop(tmp_path):

@@ -1,0 +1,129 @@
+"""Precompiled dispatch for the JSON-body operations of our OpenAPI document.
+
+connexion rebuilds per request what never changes (route matching through nested routers,
+the parameter decorator, a body validator object, a context). For the operations whose only
+input is a JSON body (POST /responses, /chat/completions, ...), `json_operations` compiles
+the same document once: path -> (handler, validators), and llmsim.api.front serves them with
+`call`: it reads and parses the body (orjson), validates it with a Rust validator
+(jsonschema-rs) and, only when that fails, with the Python validator that names the bad
+field, then calls the handler. Every other request goes on to connexion unchanged, so the
+OpenAPI document stays the single source of routes and request schemas.
+"""
+from __future__ import annotations
+
+import typing as t
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema_rs
+import yaml
+from connexion.json_schema import resolve_refs
+from starlette.types import Receive, Scope
+
+from llmsim.api.validation import check, check_depth, compile_schema, parse_json
+from llmsim.errors import InvalidRequestError, UnsupportedMediaTypeError
+from llmsim.server.context import enter
+
+JSON_TYPES = ("application/json",)
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    handler: t.Callable[[dict], t.Awaitable[t.Any]]
+    fast: t.Any          # jsonschema_rs validator: the happy path
+    full: t.Any          # jsonschema validator: names the bad field
+    optional: bool = False   # requestBody.required is false: no body reads as {}
+    # bodies (JSON text) found valid: a load test sends the same body again and again
+    valid: set[bytes] = field(default_factory=set, compare=False)
+
+    def check(self, body: t.Any, raw: bytes) -> None:
+        """Raise InvalidRequestError, naming the field, unless `body` (parsed from `raw`) is
+        valid. The first `MAX_VALID` valid bodies of up to `MAX_VALID_SIZE` bytes are
+        remembered in `valid`, which `call` looks in first: the same text parses to the
+        same value."""
+        if not self.fast.is_valid(body):
+            check(self.full, body)      # raises, naming the field (its depth checked first)
+        else:
+            check_depth(body, raw)
+        if len(raw) <= MAX_VALID_SIZE and len(self.valid) < MAX_VALID:
+            self.valid.add(raw)
+
+
+MAX_VALID = 1024
+MAX_VALID_SIZE = 2048
+
+
+def nullable_to_types(schema: t.Any) -> t.Any:
+    """OpenAPI 3.0 `nullable: true` in JSON Schema terms, for a plain JSON Schema validator."""
+    if isinstance(schema, list):
+        return [nullable_to_types(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: nullable_to_types(v) for k, v in schema.items() if k not in ("nullable", "discriminator",
+                                                                           "example", "deprecated")}
+    if schema.get("nullable"):
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+        elif "type" not in out:
+            out = {"anyOf": [{"type": "null"}, out]}
+    return out
+
+
+def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
+    """path -> Operation for every POST whose only input is a JSON request body."""
+    spec = resolve_refs(yaml.safe_load(spec_path.read_text(encoding="utf-8")))
+    ops = {}
+    for path, item in (spec.get("paths") or {}).items():
+        post = item.get("post")
+        if not post or post.get("parameters") or item.get("parameters") or "{" in path:
+            continue
+        schema = (((post.get("requestBody") or {}).get("content") or {})
+                  .get("application/json") or {}).get("schema")
+        if schema is None:
+            continue
+        op = Operation(resolve(post["operationId"]),
+                       jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
+                       compile_schema(schema), not post["requestBody"].get("required", False))
+        for base in base_paths:
+            ops[base.rstrip("/") + path] = op
+    return ops
+
+
+async def call(op: Operation, scope: Scope, receive: Receive):
+    """Read, parse and validate the JSON body of a request for `op`, then run its handler:
+    what the handler returns (a response). Raises APIError for a body `op` refuses."""
+    content_type = _content_type(scope)
+    if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
+        raise UnsupportedMediaTypeError(
+            f"Unsupported content type: '{content_type}'. This API method only accepts "
+            f"'application/json' requests, but you specified the header "
+            f"'Content-Type: {content_type}'. Please try again with a supported content type.")
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise InvalidRequestError("The client disconnected before sending the whole body.")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = parse_json(raw)
+    if body is None and op.optional:
+        body = {}
+    if body is None:
+        raise InvalidRequestError("The request body is empty; a JSON object is required.",
+                                  code="invalid_json")
+    if raw not in op.valid:
+        op.check(body, raw)
+    enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
+    return await op.handler(body)
+
+
+def _content_type(scope: Scope) -> str:
+    """The request's first content-type header (as starlette's Headers.get reads it)."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return value.decode("latin-1")
+    return "application/json"

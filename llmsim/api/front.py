@@ -1,0 +1,150 @@
+"""The front door: the ASGI app `create_app` returns. Every request and connection enters here.
+
+* API requests (under the base paths): observed (llmsim.observe.observer), checked (llmsim.api.guard),
+  then the JSON operations of our OpenAPI document are served here directly
+  (llmsim.api.fastpath), and every other route goes on to connexion.
+* WebSocket connections: observed and checked, then to the Responses WebSocket router
+  (connexion routes HTTP only).
+* `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
+* lifespan: the observer's start and stop around connexion's.
+* `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
+  server closes the connection: mid-body for streams, right after the headers otherwise.
+
+One layer instead of a middleware each: under load a request's bookkeeping is a few calls,
+and a JSON answer is written to `llmsim serve`'s connection in one piece
+(llmsim.server.connection.responder), its headers joined once instead of passing through the ASGI
+send chain and uvicorn's checks of every header. Any error becomes the provider's envelope
+through `render_error`, the app's one renderer.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from starlette.responses import Response
+
+from llmsim.api.fastpath import Operation, call
+from llmsim.api.guard import JSON, Guard, refuse_websocket
+from llmsim.errors import APIError, ConnectionDrop, ServerError
+from llmsim.observe.observer import Observer
+from llmsim.pacing.transport import SSEResponse
+from llmsim.server.connection import responder
+
+ADMIN_PATHS = frozenset({"/metrics", "/health"})
+ADMIN_PREFIX = "/llmsim/"
+log = logging.getLogger("llmsim")
+
+
+class Front:
+    def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
+                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...]):
+        self.app = app                          # connexion: every route not served here
+        self.observer = Observer(sim)
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths)
+        self.operations = operations
+        self.websockets = websockets            # the Responses WebSocket router
+        self.render_error = render_error
+        self.eager_ok = not sim.store.needs_task
+
+    def eager(self, scope) -> bool:
+        """Whether the request may start before it has a task of its own (llmsim.server.starting):
+        the operations served here, whose code never asks for its task, unless the store
+        they may call does (`Store.needs_task`: Redis)."""
+        return self.eager_ok and self._operation(scope) is not None
+
+    def _operation(self, scope) -> Operation | None:
+        """The JSON operation served here for this request, if it is one."""
+        return self.operations.get(scope["path"]) if scope["method"] == "POST" else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            if path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX):
+                await self._admin(scope, receive, send)
+            else:
+                await self._api(scope, receive, send, path)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            self.observer.serving()
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.observer.stopped()
+        else:
+            await self.app(scope, receive, send)
+
+    async def _api(self, scope, receive, send, path: str) -> None:
+        observer = self.observer
+        headers = dict(scope["headers"])
+        ex = observer.begin(scope, path, headers)
+
+        def observed_send(message):     # returns send's awaitable: no coroutine of its own
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()),
+                                      *observer.headers(ex, message["status"])]
+            return send(message)
+        try:
+            try:
+                guard = self.guard
+                admitted = guard.admitted(scope, receive, headers) or await guard.admit(scope, receive, headers)
+                if admitted is None:
+                    return                  # the client left
+                scope, receive = admitted
+                op = self._operation(scope)
+                response = None if op is None else await call(op, scope, receive)
+            except APIError as exc:
+                response = self.render_error(exc)
+            except Exception:
+                log.exception("unexpected error on %s %s", scope["method"], path)
+                response = self.render_error(ServerError(
+                    "The server had an error while processing your request."))
+            if response is None:
+                await self.app(scope, receive, observed_send)
+            elif not self._responded(scope, response, ex):
+                await response(scope, receive, observed_send)
+        except ConnectionDrop:
+            if not ex.status:       # headers promising a body that never comes
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", JSON), (b"content-length", b"1024")]})
+        finally:
+            observer.end(ex)
+
+    def _responded(self, scope, response: Response, ex) -> bool:
+        """Whether `response` went to the client here: its head, and a JSON answer whole, in
+        one write where the connection allows (llmsim.server.connection.responder). If not, the
+        caller sends it (an SSE response: its body, after the head written here)."""
+        respond = responder(scope) if scope["method"] != "HEAD" else None
+        if respond is not None and response.background is None:
+            status = response.status_code
+            headers = [*response.raw_headers, *self.observer.headers(ex, status)]
+            if isinstance(response, SSEResponse):
+                response.head_written = respond(status, headers, None)
+            elif respond(status, headers, response.body):
+                return True
+        return False
+
+    async def _admin(self, scope, receive, send) -> None:
+        headers = dict(scope["headers"])
+        try:
+            admitted = await self.guard.admit(scope, receive, headers)
+        except APIError as exc:
+            await self.render_error(exc)(scope, receive, send)
+            return
+        if admitted is not None:
+            await self.app(*admitted, send)
+
+    async def _websocket(self, scope, receive, send) -> None:
+        try:
+            self.guard.check(scope, dict(scope.get("headers") or ()))
+            refused = None
+        except APIError as exc:
+            refused = exc
+
+        async def app(scope, receive, send):
+            if refused is not None:
+                await refuse_websocket(scope, send, refused, self.render_error(refused).body)
+            else:
+                await self.websockets(scope, receive, send)
+        await self.observer.websocket(scope, receive, send, scope.get("path", ""), app)

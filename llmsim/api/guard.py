@@ -1,0 +1,128 @@
+"""`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
+
+* API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
+  base paths need `Authorization: Bearer <key>`; otherwise 401 `invalid_api_key`. `/health`
+  and `/llmsim/...` stay open.
+* Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
+  chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
+* A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send).
+"""
+from __future__ import annotations
+
+import hmac
+
+from llmsim.errors import APIError, AuthenticationError, PayloadTooLargeError
+
+JSON = b"application/json"
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class Guard:
+    def __init__(self, *, settings, base_paths: tuple[str, ...]):
+        self.keys = [key.encode() for key in (settings.api_keys or ())]
+        self.limit = settings.max_body_bytes
+        self.bases = tuple(base_paths)
+
+    def check(self, scope, headers: dict) -> None:
+        """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
+        if self.keys and self._protected(scope["path"]) and not self._authorized(headers):
+            raise _auth_error(headers)
+        if scope["type"] == "http":
+            length = headers.get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.limit:
+                raise self._too_large(length.decode("latin-1"))
+
+    def admitted(self, scope, receive, headers: dict):
+        """`admit` when no body has to be read for it (one with a length, or none): (scope,
+        receive) at once; None for a chunked body, which `admit` reads."""
+        self.check(scope, headers)
+        if b"content-length" in headers or b"transfer-encoding" not in headers:
+            return (scope if b"content-type" in headers else _typed(scope)), receive
+        return None
+
+    async def admit(self, scope, receive, headers: dict):
+        """(scope, receive) as the app should see them, or None when the client left while
+        its chunked body was read; APIError (`check`'s, or the chunked body over the limit)
+        when the request may not go on."""
+        admitted = self.admitted(scope, receive, headers)
+        if admitted is not None:
+            return admitted
+        if b"content-type" not in headers:
+            scope = _typed(scope)
+        # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
+        body = await self._read_chunked(receive)
+        if body is None:
+            return None
+        if len(body) > self.limit:
+            raise self._too_large(f"more than {self.limit}")
+        scope = {**scope, "headers": [*[(k, v) for k, v in scope["headers"] if k != b"transfer-encoding"],
+                                      (b"content-length", str(len(body)).encode())]}
+        return scope, _replay(body, receive)
+
+    def _protected(self, path: str) -> bool:
+        return any(path == base or path.startswith(base + "/") for base in self.bases)
+
+    def _authorized(self, headers: dict) -> bool:
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        token = token.strip()
+        return scheme.lower() == b"bearer" and any(hmac.compare_digest(token, key) for key in self.keys)
+
+    def _too_large(self, length: str) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"The request body is too large: {length} bytes; the limit is {self.limit} bytes "
+            "(setting max_body_bytes).")
+
+    async def _read_chunked(self, receive) -> bytes | None:
+        """The whole body (reading stops just past the limit), or None when the client left."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > self.limit or not message.get("more_body"):
+                return b"".join(chunks)
+
+
+async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
+    """Turn a WebSocket upgrade away: with an HTTP answer where the server can send one."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        return await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+    headers = [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
+               *[(k.encode(), v.encode()) for k, v in error.headers.items()]]
+    await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+def _replay(body: bytes, receive):
+    """A receive channel that hands over the buffered body once, then the real channel."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replayed
+
+
+def _auth_error(headers: dict) -> AuthenticationError:
+    given = headers.get(b"authorization")
+    if not given:
+        return AuthenticationError(
+            "You didn't provide an API key. You need to provide your API key in an Authorization "
+            "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+    token = given.partition(b" ")[2].strip().decode("latin-1")
+    shown = f"{token[:3]}{'*' * 4}{token[-4:]}" if len(token) > 8 else "*" * len(token)
+    return AuthenticationError(f"Incorrect API key provided: {shown}. You can find your API key "
+                               "at https://platform.openai.com/account/api-keys.")
+
+
+def _typed(scope):
+    """A request without a content-type: read as JSON if its method has a body."""
+    if scope["method"] in BODY_METHODS:
+        return {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
+    return scope

@@ -1,0 +1,36 @@
+"""POST /chat/completions."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.server.context import received_at, request_headers
+from llmsim.sim import chatplan
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class ChatHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["chat"]
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(received_at())
+        fault = sim.faults.begin("chat", body, request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        if fault:                       # (a request with no fault calls none of it)
+            plan = fault.shape(plan)
+        sim.stats.record(plan, "chat", bool(body.get("stream")))
+        if body.get("stream"):
+            frames = fault.frames(self.template, plan=plan, req=body)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            return transport.sse_response(transport.Paced(frames, start, sim.clock, keepalive,
+                                                          sim.stats.lateness))
+        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(plan=plan, req=body))

@@ -1,0 +1,29 @@
+"""GET, POST and DELETE /llmsim/faults: the fault injector's state, changed at runtime."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class FaultsHandlers:
+    def __init__(self, sim: Simulator):
+        self.faults = sim.faults
+        self.template = sim.templates["faults"]
+
+    async def _state(self):
+        return transport.json_response(self.template.body_json(injector=await self.faults.state()))
+
+    async def get_state(self):
+        return await self._state()
+
+    async def update(self, body: dict):
+        await self.faults.update(body.get("schedule"), bool(body.get("replace")), body.get("errors"))
+        return await self._state()
+
+    async def clear(self):
+        await self.faults.clear()
+        return await self._state()

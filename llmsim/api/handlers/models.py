@@ -1,0 +1,21 @@
+"""GET /models and /models/{model}."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class ModelsHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["models"]
+
+    async def list_models(self):
+        return transport.json_response(self.template.body_json(models=list(self.sim.catalogue)))
+
+    async def get_model(self, model: str):
+        return transport.json_response(self.template.body_json(model=self.sim.catalogue.get(model)))

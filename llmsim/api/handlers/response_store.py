@@ -1,0 +1,60 @@
+"""Stored responses: GET / DELETE /responses/{id}, its input items, cancel, and
+POST /responses/input_tokens (the count a request would have)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.errors import InvalidRequestError
+from llmsim.pacing import transport
+from llmsim.sim import plan as planning
+from llmsim.state.responses import response_not_found
+from llmsim.state.store import paginate
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class ResponseStoreHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.state = sim.state
+
+    async def retrieve(self, response_id: str, stream: bool = False, starting_after: int | None = None,
+                       include=None, include_obfuscation=None):
+        record = await self.state.get(response_id)
+        if not stream:
+            return transport.json_response(record.response_json())
+        if not record.events:
+            raise InvalidRequestError("This response cannot be streamed because it was created "
+                                      "with neither stream=true nor background=true.", param="stream")
+        after = -1 if starting_after is None else starting_after
+        return transport.sse_response(self.state.jobs.follow(response_id, after, live=record.background))
+
+    async def delete(self, response_id: str):
+        if not await self.state.store.delete_response(response_id):
+            raise response_not_found(response_id)
+        self.state.jobs.interrupt(response_id)
+        return transport.json_response(self.state.render("deleted_response", id=response_id))
+
+    async def list_input_items(self, response_id: str, after: str | None = None, before: str | None = None,
+                               limit: int = 20, order: str = "desc", include=None):
+        record = await self.state.get(response_id)
+        page = paginate(self.state.inputs_of(record), after=after, before=before, limit=limit, order=order)
+        if page is None:
+            raise InvalidRequestError(f"No input item with id '{after if before is None else before}' "
+                                      f"in response '{response_id}'.",
+                                      param="after" if before is None else "before")
+        return transport.json_response(self.state.render("item_list", items=page.items,
+                                                         has_more=page.has_more))
+
+    async def cancel(self, response_id: str):
+        return transport.json_response(await self.state.cancel(response_id))
+
+    async def count_input_tokens(self, body: dict):
+        sim = self.sim
+        prior = await self.state.prior(body)
+        model = body.get("model") or next(iter(sim.catalogue)).id
+        plan = planning.plan_response({**body, "model": model}, sim.context(model), prior.turns,
+                                      generate=False)
+        return transport.json_response(self.state.render("input_token_count",
+                                                         input_tokens=plan.usage.input_tokens))

@@ -1,0 +1,55 @@
+"""POST /responses (stored, chained, in a conversation or in the background: llmsim.state.responses)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.server.context import received_at, request_headers
+from llmsim.sim import plan as planning
+from llmsim.state.responses import Replay, wants_store
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class ResponsesHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["responses"]
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(received_at())
+        fault = sim.faults.begin("responses", body, request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        # previous_response_id / conversation history (none: known at once)
+        prior = sim.state.known_prior(body) or await sim.state.prior(body)
+        ctx = sim.context(body["model"])
+        plan = planning.plan_response(body, ctx, prior.turns)
+        if fault:                       # (a request with no fault calls none of it)
+            plan = fault.shape(plan)
+        store = wants_store(body)
+        own = sim.state.input_items(body, ctx.rng) if store else []
+        sim.stats.record(plan, "responses", bool(body.get("stream")))
+        if body.get("background"):
+            events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
+            job, queued = await sim.state.jobs.start(body, prior, own, events, start)
+            return transport.sse_response(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
+        if body.get("stream"):
+            frames = fault.frames(self.template, plan=plan, req=body)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            chunks = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+            if store:                   # a stream no fault cut can be rendered again when read
+                replay = None if fault.cuts_stream else Replay(self.template, plan, body)
+                chunks = sim.state.recorded(chunks, body, prior, own, replay)
+            return transport.sse_response(chunks)
+        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+            await sim.clock.sleep_until(start + plan.end_at)
+        content = self.template.body_json(plan=plan, req=body)
+        if store:                                           # the store keeps these bytes
+            if not sim.state.saved_now(body, prior, own, content, plan):
+                await sim.state.save(body, prior, own, content, plan=plan)
+            if prior.conversation:                          # its items join the conversation
+                await sim.state.conclude(body, prior, own, content)
+        return transport.json_response(content)

@@ -1,0 +1,26 @@
+"""GET /llmsim/stats (JSON) and /llmsim/metrics, /metrics (Prometheus text)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+
+from llmsim.observe import metrics, statsview
+from llmsim.pacing import transport
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+class StatsHandlers:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates["stats"]
+
+    async def get(self):
+        view = statsview.view(statsview.gather(self.sim.stats))
+        return transport.json_response(self.template.body_json(view=view))
+
+    async def metrics(self, request=None):
+        body = metrics.exposition(statsview.gather(self.sim.stats))
+        return Response(body, media_type=metrics.CONTENT_TYPE)

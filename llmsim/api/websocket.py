@@ -1,0 +1,280 @@
+"""Responses API WebSocket mode: `response.create` frames in, the SSE stream's events out.
+
+Served on the HTTP paths (`/openai/v1/responses`, `/v1/responses`) when the request is a
+WebSocket upgrade: llmsim.api.front sends websocket scopes to this module's router, and
+everything else (HTTP, lifespan) on to connexion.
+
+* A text frame `{"type": "response.create", ...}` carries a Responses create body, flat or
+  nested under `"response"`. The body is checked against the same `CreateResponseRequest`
+  schema as HTTP, with the same messages and `param` paths (relative to the body).
+  WebSocket-only keys: `generate` (false: warm up, below); `stream` is implied and ignored;
+  `background: true` and `stream_id` lanes are refused with an error event.
+* The answer is the `responses` template's stream, one JSON event per text frame, paced by
+  `transport.due_batches` exactly like SSE, timed from when the response starts.
+* One response at a time: frames are queued and served strictly in arrival order (their
+  error events too), so the events of two responses never interleave.
+* The connection remembers its most recent finished response (id and the conversation so
+  far); `previous_response_id` must name it (`Connection.history` is the store hook).
+* `generate: false` plans a response without output or latency: response.created,
+  response.in_progress, response.completed (empty output, input tokens counted); it is
+  remembered like any other, so the next turn can continue from it.
+* Errors are `templates/websocket.yaml` events (OpenAI's `ResponseWsError`, HTTP status and
+  error object as the HTTP envelope would have them); the connection stays usable.
+* Faults (llmsim.faults.catalogue) apply per `response.create`, triggered by the upgrade request's
+  `x-llmsim-fault` header (every turn), the schedule or the rates: an immediate fault is an
+  error event; mid-stream ones end the turn with `response.failed` or an error event (with
+  `sequence_number`); `stream_drop` closes the socket with 1011.
+* Limits: after `ws_max_age_s` an unfinished response is cut, a
+  `websocket_connection_limit_reached` error is sent and the socket closes normally (1000).
+  Beyond `ws_max_connections` open sockets, upgrades get HTTP 503 with the JSON error
+  envelope (ASGI denial-response extension); servers without that extension accept and close
+  with code 1013 (try again later), the message as reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+from connexion.json_schema import resolve_refs
+from starlette.routing import Router, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
+
+from llmsim import datafiles
+from llmsim.api import validation
+from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
+                           PreviousResponseNotFoundError, ServerError)
+from llmsim.pacing import transport
+from llmsim.sim import inputs
+from llmsim.sim import plan as planning
+
+if TYPE_CHECKING:   # a type only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+log = logging.getLogger("llmsim.websocket")
+CREATE = "response.create"
+REQUEST_SCHEMA = "CreateResponseRequest"
+CLOSE_NORMAL, CLOSE_TRY_AGAIN_LATER = 1000, 1013
+CLOSE_DROPPED = 1011       # an injected stream_drop fault: the socket ends mid-response
+QUEUED_FRAMES = 256          # per connection; beyond this the socket is not read (backpressure)
+GONE = (WebSocketDisconnect, WebSocketDisconnected)
+
+
+def request_validator(spec_path: Path):
+    """The compiled `CreateResponseRequest` schema of our OpenAPI document (as HTTP uses it)."""
+    schemas = resolve_refs(datafiles.read_yaml(spec_path)).get("components", {}).get("schemas", {})
+    if REQUEST_SCHEMA not in schemas:
+        raise ConfigError(f"{spec_path}: components.schemas.{REQUEST_SCHEMA} is missing "
+                          "(WebSocket response.create frames are checked against it)")
+    return validation.compile_schema(schemas[REQUEST_SCHEMA])
+
+
+def parse_frame(raw: str | bytes, validator) -> tuple[dict, bool]:
+    """The create body of one frame and whether to generate; raises InvalidRequestError."""
+    try:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"We could not parse the JSON of your WebSocket message: {exc}.",
+                                  code="invalid_json") from None
+    if not isinstance(frame, dict):
+        raise InvalidRequestError(f"A WebSocket message must be a JSON object, got {type(frame).__name__}.",
+                                  code="invalid_type")
+    kind = frame.get("type")
+    if kind is None:
+        raise InvalidRequestError("Missing required parameter: 'type'.", param="type",
+                                  code="missing_required_parameter")
+    if kind != CREATE:
+        raise InvalidRequestError(f"Invalid value: {kind!r}. Supported values are: '{CREATE}'.",
+                                  param="type", code="invalid_value")
+    if "response" in frame:
+        body = frame["response"]
+        extra = sorted(set(frame) - {"type", "response"})
+        if not isinstance(body, dict):
+            raise InvalidRequestError(f"Invalid type for 'response': expected object, got "
+                                      f"{type(body).__name__}.", param="response", code="invalid_type")
+        if extra:
+            raise InvalidRequestError(f"Unrecognized request argument supplied: {extra[0]} (with a nested "
+                                      "'response', every field goes inside it)", param=extra[0],
+                                      code="unknown_parameter")
+    else:
+        body = {k: v for k, v in frame.items() if k != "type"}
+    return _ws_fields(body, validator)
+
+
+def _ws_fields(body: dict, validator) -> tuple[dict, bool]:
+    """Take the WebSocket-only fields out, check the rest like an HTTP body."""
+    body = dict(body)
+    generate = body.pop("generate", True)
+    if not isinstance(generate, bool):
+        raise InvalidRequestError(f"Invalid type for 'generate': expected boolean, got "
+                                  f"{type(generate).__name__}.", param="generate", code="invalid_type")
+    if "stream_id" in body:
+        raise InvalidRequestError("WebSocket lanes (stream_id) are not supported by this server: every "
+                                  "response on a connection is served in order. Remove stream_id.",
+                                  param="stream_id", code="unsupported_parameter")
+    validation.check(validator, body)
+    if body.pop("background", None):
+        raise InvalidRequestError("Background mode is not supported over WebSocket.",
+                                  param="background", code="unsupported_parameter")
+    body.pop("stream", None)
+    body.pop("stream_options", None)
+    return body, generate
+
+
+@dataclass(slots=True)
+class Conversation:
+    """The most recent finished response of a connection: its id and every turn so far."""
+    response_id: str
+    turns: list[inputs.Turn]
+
+
+class ResponsesSocket:
+    """The WebSocket endpoint of one app: counts open connections, serves each one."""
+
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.validator = request_validator(sim.settings.spec_path)
+        self.responses = sim.templates["responses"]
+        self.ws_errors = sim.templates["websocket"]
+        self.http_errors = sim.templates["errors"]
+        self.open = 0
+
+    def router(self, base_paths) -> Router:
+        routes = [WebSocketRoute(f"{base}/responses", self.endpoint) for base in base_paths]
+        return Router(routes, default=self.not_found)
+
+    async def endpoint(self, websocket: WebSocket) -> None:
+        limit = self.sim.settings.ws_max_connections
+        if self.open >= limit:
+            await self.refuse(websocket, APIError(
+                f"Too many open WebSocket connections (limit {limit}); close one or retry later.",
+                status=503, type="server_error", code="websocket_connection_cap_reached"))
+            return
+        self.open += 1
+        try:
+            await websocket.accept()
+            await Connection(self, websocket).run()
+        finally:
+            self.open -= 1
+
+    async def not_found(self, scope, receive, send) -> None:
+        websocket = WebSocket(scope, receive, send)
+        await self.refuse(websocket, NotFoundError(f"Unknown request URL: GET {websocket.url.path}."))
+
+    async def refuse(self, websocket: WebSocket, exc: APIError) -> None:
+        """Answer an upgrade with an HTTP error in the provider's JSON envelope."""
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(transport.json_response(
+                self.http_errors.body(error=exc), exc.status, exc.headers))
+        else:
+            await websocket.accept()
+            await websocket.close(CLOSE_TRY_AGAIN_LATER, exc.message[:120])
+
+
+class Connection:
+    """One socket: a reader queues frames, a worker answers them in order, a clock ends it."""
+
+    def __init__(self, endpoint: ResponsesSocket, websocket: WebSocket):
+        self.endpoint = endpoint
+        self.sim = endpoint.sim
+        self.websocket = websocket
+        self.last: Conversation | None = None
+
+    async def run(self) -> None:
+        frames: asyncio.Queue = asyncio.Queue(QUEUED_FRAMES)
+        worker = asyncio.create_task(self.serve(frames))
+        reader = asyncio.create_task(self.read(frames))
+        max_age = self.sim.settings.ws_max_age_s
+        try:
+            done, _ = await asyncio.wait({worker, reader}, timeout=max_age,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                worker.cancel()
+                await asyncio.gather(worker, return_exceptions=True)
+                await self.send_error(InvalidRequestError(
+                    f"Responses websocket connection limit reached ({_duration(max_age)}). "
+                    "Create a new websocket connection to continue.",
+                    code="websocket_connection_limit_reached"))
+                await self.websocket.close(CLOSE_NORMAL)
+        except GONE:
+            pass
+        finally:
+            for task in (worker, reader):
+                task.cancel()
+            await asyncio.gather(worker, reader, return_exceptions=True)
+
+    async def read(self, frames: asyncio.Queue) -> None:
+        """Queue every text (or binary) frame until the client goes away."""
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            await frames.put(text if text is not None else message.get("bytes") or b"")
+
+    async def serve(self, frames: asyncio.Queue) -> None:
+        """Answer queued frames one at a time; a bad frame gets an error event, not a close."""
+        while True:
+            raw = await frames.get()
+            try:
+                await self.respond(raw)
+            except GONE:
+                return
+            except ConnectionDrop:
+                await self.websocket.close(CLOSE_DROPPED)
+                return
+            except APIError as exc:
+                await self.send_error(exc)
+            except Exception:
+                log.exception("unexpected error answering a WebSocket response.create")
+                await self.send_error(ServerError("The server had an error while processing your request."))
+
+    async def respond(self, raw: str | bytes) -> None:
+        sim = self.sim
+        start, began = sim.clock.now(), time.perf_counter()
+        body, generate = parse_frame(raw, self.endpoint.validator)
+        fault = sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        history = await self.history(body.get("previous_response_id"))
+        plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
+        events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
+        with sim.stats.turn(plan, began):       # counted; one trace line once sent
+            await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
+        self.remember(plan, body, history)
+
+    async def history(self, previous_id: str | None) -> list[inputs.Turn]:
+        """The conversation `previous_response_id` continues: this connection's latest response,
+        else a response stored by any process (the HTTP store, `llmsim.state.responses`). This is the only
+        place that resolves a previous response."""
+        if previous_id is None:
+            return []
+        if self.last is not None and self.last.response_id == previous_id:
+            return self.last.turns
+        turns = await self.sim.state.history_turns(previous_id)
+        if turns is None:
+            raise PreviousResponseNotFoundError(previous_id)
+        return turns
+
+    def remember(self, plan: planning.Plan, body: dict, history: list[inputs.Turn]) -> None:
+        """Keep the finished response: its input and its output become the next turn's history
+        (instructions are not carried over, as with HTTP `previous_response_id`)."""
+        output = self.endpoint.responses.body(plan=plan, req=body)["output"]
+        self.last = Conversation(plan.id, [*history, *inputs.items_turns(body.get("input"), "input"),
+                                           *inputs.items_turns(output, "output")])
+
+    async def send_error(self, exc: APIError) -> None:
+        if not getattr(exc, "injected", False):       # injected faults count when they are chosen
+            self.sim.stats.error(exc.code or exc.type)
+        await self.websocket.send_text(orjson.dumps(self.endpoint.ws_errors.body(error=exc)).decode())
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds:g} second{'s' if seconds != 1 else ''}"

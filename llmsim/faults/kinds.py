@@ -1,0 +1,42 @@
+"""The fault catalogue's entries (`data/faults.yaml`) and a fault chosen for one request.
+Below both the triggers that choose one (llmsim.faults.catalogue) and what it does (llmsim.faults.injection).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmsim import datafiles
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One catalogue entry (see data/faults.yaml for the meaning of each field)."""
+    name: str
+    status: int
+    type: str
+    code: str | None
+    param: str | None
+    message: str
+    headers: dict[str, str]
+    effect: str
+    after_tokens: int | None
+    retry_after: float | None
+    timeout_after_ms: float
+
+
+def load_kinds(path=None) -> dict[str, Kind]:
+    doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
+    return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
+                       dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
+                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)))
+            for name, k in doc["kinds"].items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault chosen for one request: the kind plus its effective parameters."""
+    kind: Kind
+    after_tokens: int | None
+    retry_after: float | None
+    timeout_after_ms: float
+    source: str                       # header | schedule | rate

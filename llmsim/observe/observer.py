@@ -1,0 +1,158 @@
+"""What llmsim records of every API request and WebSocket connection (llmsim.api.front calls it).
+
+Per HTTP request it opens an `Exchange` (visible to handlers through `stats.current()`),
+names the ground-truth headers when the response starts, and when the request ends feeds
+`Stats`, the trace file and the access log (each only when switched on). As a request
+starts and as it ends, paced streams write what fell due meanwhile, and the loop's clock is
+read, which keeps a burst of requests from delaying every timer (llmsim.pacing.pacer.catch_up).
+
+Headers on every API answer: `x-request-id` (the client's, else a new `req_...`) and
+`openai-processing-ms` (measured time until the headers). On planned answers, the intended
+values: `x-llmsim-ttft-ms`, `x-llmsim-duration-ms` and `x-llmsim-tokens` (visible
+completion tokens). Streams send headers before the body, so they carry them too.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from llmsim import ids
+from llmsim.observe.requestlog import AccessLog, Trace
+from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
+from llmsim.pacing.pacer import PACERS
+from llmsim.render.jsonbytes import decimal
+from llmsim.server.collector import Collector
+
+API_PREFIXES = ("/openai/v1/", "/v1/")
+ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
+             "conversations": "conversations", "realtime": "realtime"}
+REQUEST_ID = b"x-request-id"
+PROCESSING_MS = b"openai-processing-ms"
+MAX_ID = 200            # a client's request id is echoed up to this many bytes
+MAX_PATHS = 256         # endpoint names remembered per path (beyond: worked out each time)
+
+
+def endpoint_of(path: str) -> str:
+    for prefix in API_PREFIXES:
+        if path.startswith(prefix):
+            return ENDPOINTS.get(path[len(prefix):].split("/", 1)[0], "other")
+    return "other"
+
+
+_MS: dict[float, bytes] = {}
+MAX_MS = 1024           # distinct durations remembered (a profile with no spread has a few)
+
+
+def _ms(seconds: float) -> bytes:
+    """`seconds` in milliseconds to the microsecond, e.g. b"200.000"."""
+    found = _MS.get(seconds)
+    if found is None:
+        found = b"%.3f" % (seconds * 1000.0)
+        if len(_MS) < MAX_MS:
+            _MS[seconds] = found
+    return found
+
+
+class Observer:
+    def __init__(self, sim):
+        self.stats: Stats = sim.stats
+        self.counting = self.stats.enabled
+        settings = sim.settings
+        writers = []
+        if settings.trace:
+            writers.append(Trace(settings.trace))
+        if settings.log_format and settings.log_format != "off":
+            writers.append(AccessLog(settings.log_format))
+        self.writers = self.stats.writers = tuple(writers)
+        self._rng = random.Random()
+        self._endpoints: dict[str, str] = {}
+        self.in_flight = 0
+        self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
+
+    def endpoint(self, path: str) -> str:
+        name = self._endpoints.get(path)
+        if name is None:
+            name = endpoint_of(path)
+            if len(self._endpoints) < MAX_PATHS:
+                self._endpoints[path] = name
+        return name
+
+    def request_id(self, headers: dict) -> str:
+        """The client's `x-request-id` (`headers`: the request's, as a dict), else a new id."""
+        given = headers.get(REQUEST_ID)
+        if given:
+            return given[:MAX_ID].decode("latin-1")
+        return ids.make("req_", self._rng, 32)
+
+    # -- the server's life (lifespan) ------------------------------------------------------
+    def serving(self) -> None:
+        self.stats.serving()
+        self.collector.serving(time.perf_counter())
+
+    def stopped(self) -> None:
+        self.collector.stopped()
+        self.stats.stopped()
+
+    # -- one HTTP request ------------------------------------------------------------------
+    def begin(self, scope, path: str, headers: dict) -> Exchange:
+        """The request (`headers`: its headers as a dict) has arrived: its exchange, current
+        until `end`."""
+        PACERS.catch_up()
+        ex = Exchange(self.request_id(headers), "http", scope["method"], path,
+                      self._endpoints.get(path) or self.endpoint(path), self.stats)
+        ex.token = CURRENT.set(ex)
+        self.in_flight += 1
+        if self.counting:
+            self.stats.request_started()
+        return ex
+
+    def headers(self, ex: Exchange, status: int) -> list[tuple[bytes, bytes]]:
+        """The response starts with `status`: the headers the observer adds to it."""
+        ex.status = status
+        added = [(REQUEST_ID, ex.id.encode("latin-1")),
+                 (PROCESSING_MS, decimal(int((time.perf_counter() - ex.start) * 1000)))]
+        plan = ex.plan
+        if plan is not None:
+            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
+                      (b"x-llmsim-duration-ms", _ms(plan.end_at)),
+                      (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
+        return added
+
+    def end(self, ex: Exchange) -> None:
+        """The request has ended (answered or not)."""
+        CURRENT.reset(ex.token)
+        now = time.perf_counter()
+        self.in_flight -= 1
+        self.collector.request_ended(now, self.in_flight)
+        if self.counting:
+            self.stats.request_finished(ex, now - ex.start)
+        if self.writers:
+            end = ex.wall + (now - ex.start)
+            for writer in self.writers:
+                writer.write(ex, end)
+        # Timers the request armed keep a copy of its context (so this exchange) until
+        # they would have fired, cancelled or not: let its plan go now.
+        ex.plan = None
+        PACERS.catch_up()
+
+    # -- one WebSocket connection ----------------------------------------------------------
+    async def websocket(self, scope, receive, send, path: str, app) -> None:
+        ex = Exchange(self.request_id(dict(scope.get("headers") or ())), WEBSOCKET, "WS", path,
+                      "websocket", self.stats)
+        token = CURRENT.set(ex)
+        stats = self.stats
+
+        async def observed_send(message):
+            if message["type"] == "websocket.accept" and not ex.status:
+                ex.status = 101
+                if self.counting:
+                    stats.ws_opened()
+            await send(message)
+
+        try:
+            await app(scope, receive, observed_send)
+        finally:
+            CURRENT.reset(token)
+            if ex.status and self.counting:
+                stats.ws_closed()

@@ -1,0 +1,31 @@
+"""The bytes of one server-sent event: `event: <name>` (when it has one), `data: <json>`, a
+blank line. Used by the transports and, at start-up, by llmsim.render.stepcodegen, whose SSE
+stream functions write each step's frame head as a constant."""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+END = b"\n\n"
+_HEADS: dict[str | None, bytes] = {None: b"data: ", "": b"data: "}     # event name -> its lines' start
+
+
+def head(name: str | None) -> bytes:
+    """What an event called `name` (None: unnamed) writes before its data."""
+    found = _HEADS.get(name)
+    if found is None:
+        found = _HEADS[name] = b"event: " + name.encode() + b"\ndata: "
+    return found
+
+
+def frame(event) -> bytes:
+    """An event's frame (a templates.Event: its JSON, or a raw line's text)."""
+    data = event._json          # set by every generated stream step: no property call
+    if data is None:
+        data = event.data.encode() if event.raw else event.json
+    return head(event.name) + data + END
+
+
+def framed(events: Iterable) -> Iterator[tuple[float, bytes]]:
+    """(due time, frame) of each event: what `transport.Paced` sends."""
+    for event in events:
+        yield event.at, frame(event)

@@ -1,0 +1,364 @@
+"""YAML event-sequence templates: loaded, checked and compiled once at start-up.
+
+A template file (`templates/<name>.yaml`) may hold:
+
+* ``objects``: named values other values embed with ``{$object: name, $with: {...}}``;
+* ``body``: the JSON body of a non-streaming answer;
+* ``stream``: the steps of an event stream.
+
+Values are YAML with jinja2 expressions. A string that is exactly ``"{{ expr }}"`` yields
+the expression's native value (number, list, None...); any other string with ``{{`` is a
+text template. Directives inside values: ``$object``/``$with`` (embed a named object,
+with extra variables), ``$for``/``$do`` (a list, one entry per item), ``$if``/``$then``/
+``$else`` (a choice). A value that renders to ``omit`` drops its key (or list entry).
+
+Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event line;
+``at`` is the due time in seconds after the request began; without it a step is due with
+the one before), ``{raw: TEXT}`` (a non-JSON data line such as ``[DONE]``),
+``{for: "x in EXPR", steps: [...]}`` and ``{if: EXPR, steps: [...], else: [...]}``.
+
+Every compiled value is a plain closure ``f(ctx) -> value`` (simple dotted names skip jinja
+entirely), backing generated code that writes its JSON bytes (`jsoncodegen`); a stream's steps
+become one generated generator function (`stepcodegen`), so a streamed delta costs a few dict
+and attribute look-ups.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import jinja2
+import orjson
+
+from llmsim import datafiles
+from llmsim.errors import ConfigError
+from llmsim.render import pyexpr
+from llmsim.render.jsonbytes import dumps
+from llmsim.render.jsoncodegen import JsonCodegen
+from llmsim.render.jsonwriter import JsonCompiler
+from llmsim.render.stepcodegen import StepCodegen
+from llmsim.render.template_syntax import LOOP, ONE_NAME, bound_names, loop_names, node_kind
+
+Node = Callable[[dict], Any]
+
+
+class _Omit:
+    def __repr__(self) -> str:
+        return "omit"
+
+
+OMIT = _Omit()
+_WHOLE_EXPR = re.compile(r"^\{\{(.*)\}\}$", re.S)
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+class Event:
+    """One rendered stream step: `name` is the SSE event name (None for data-only lines),
+    `at` its due time (seconds after start). A JSON event has `json`, its serialised data
+    (what transports send), and `data`, the same value decoded on demand; a raw line
+    (`raw=True`, e.g. `[DONE]`) has the string as `data` and no `json`."""
+    __slots__ = ("name", "at", "raw", "_data", "_json")    # llmsim.render.stepcodegen sets them directly
+
+    def __init__(self, name: str | None, data: Any = None, at: float = 0.0, raw: bool = False,
+                 json: bytes | None = None):
+        self.name = name            # one statement each: a tuple assignment costs ~100 ns more,
+        self.at = at                # and every streamed event makes one
+        self.raw = raw
+        self._data = data
+        self._json = json
+
+    @property
+    def data(self) -> Any:
+        if self._data is None and self._json is not None:
+            self._data = orjson.loads(self._json)
+        return self._data
+
+    @property
+    def json(self) -> bytes | None:
+        if self._json is None and not self.raw:
+            self._json = dumps(self._data)
+        return self._json
+
+    def __repr__(self) -> str:
+        return f"Event({self.name!r}, at={self.at!r}, {self.data!r})"
+
+
+class _Const:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, ctx):
+        return self.value
+
+
+def _getter(path: str) -> Node:
+    head, *rest = path.split(".")
+
+    def get(ctx):
+        value = ctx[head]
+        for name in rest:
+            value = value[name] if isinstance(value, dict) else getattr(value, name)
+        return value
+    return get
+
+
+class Compiler:
+    """Turns YAML values and steps into closures; errors name file and path."""
+
+    def __init__(self, objects: dict[str, Node], raw_objects: dict[str, Any]):
+        self.names = set(raw_objects)
+        self.env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        self.env.globals["omit"] = OMIT
+        self.env.globals["given"] = _given
+        self.env.filters["tojson"] = _tojson
+        self.objects = objects
+        self._kinds = {"string": self.string, "list": self._list, "$object": self._object,
+                       "$for": self._for, "$if": self._if, "dict": self._dict,
+                       "const": lambda node, where: _Const(node)}
+        self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
+        self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
+        self.stepgen = StepCodegen(self, Event)
+
+    def fast(self, node: Any, where: str) -> Node:
+        """`node`'s value by generated code, backed by the closure."""
+        return self.codegen.value_function(node, where, fallback=self.value(node, where))
+
+    def json_writer(self, node: Any, where: str, name: str | None = None,
+                    loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Callable[[dict], bytes | None]:
+        """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
+        object `name`'s, when given: other writers call or inline it); `loop_fixed` and
+        `once`: see `JsonCodegen.writer`."""
+        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name,
+                                   loop_fixed=loop_fixed, once=once)
+
+    def expression(self, source: str, where: str) -> Node:
+        source = source.strip()
+        if _DOTTED.match(source) and source not in ("omit", "none", "None", "true", "false"):
+            get = _getter(source)
+
+            def checked(ctx):
+                try:
+                    return get(ctx)
+                except (KeyError, AttributeError) as exc:
+                    raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
+            return checked
+        native = pyexpr.compile_expression(source, self.env.globals)
+        if native is not None:
+            def run_native(ctx):
+                try:
+                    return native(ctx)
+                except (KeyError, AttributeError, jinja2.UndefinedError) as exc:
+                    raise ConfigError(f"{where}: {source!r}: {exc}") from None
+            return run_native
+        try:
+            compiled = self.env.compile_expression(source, undefined_to_none=False)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{where}: bad expression {source!r}: {exc.message}") from None
+
+        def run(ctx):
+            try:
+                value = compiled(**ctx)
+            except jinja2.UndefinedError as exc:
+                raise ConfigError(f"{where}: {exc.message}") from None
+            if isinstance(value, jinja2.Undefined):
+                raise ConfigError(f"{where}: {source!r} is undefined")
+            return value
+        return run
+
+    def string(self, text: str, where: str) -> Node:
+        whole = _WHOLE_EXPR.match(text)
+        if whole and "{{" not in whole.group(1):
+            return self.expression(whole.group(1), where)
+        if "{{" not in text and "{%" not in text:
+            return _Const(text)
+        one = ONE_NAME.match(text)
+        if one and one.group(2) not in ("omit", "none", "None", "true", "false"):
+            prefix, get, suffix = one.group(1), self.expression(one.group(2), where), one.group(3)
+            return lambda ctx: f"{prefix}{get(ctx)}{suffix}"
+        try:
+            template = self.env.from_string(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{where}: bad template {text!r}: {exc.message}") from None
+        return lambda ctx: template.render(ctx)
+
+    def value(self, node: Any, where: str) -> Node:
+        return self._kinds[node_kind(node)](node, where)
+
+    def _dict(self, node: dict, where: str) -> Node:
+        items = [(key, self.value(val, f"{where}.{key}")) for key, val in node.items()]
+        if all(isinstance(f, _Const) for _, f in items) and not any(f.value is OMIT for _, f in items):
+            return _Const({k: f.value for k, f in items})
+
+        def render(ctx):
+            out = {}
+            for key, f in items:
+                value = f(ctx)
+                if value is not OMIT:
+                    out[key] = value
+            return out
+        return render
+
+    def _list(self, node: list, where: str) -> Node:
+        parts = [self.value(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if all(isinstance(f, _Const) for f in parts):
+            return _Const([f.value for f in parts])
+        return lambda ctx: [v for v in (f(ctx) for f in parts) if v is not OMIT]
+
+    def _object(self, node: dict, where: str) -> Node:
+        return self.embedding(node, where, self.objects)
+
+    def embedding(self, node: dict, where: str, objects: dict[str, Callable]) -> Callable:
+        """`{$object: name, $with: {...}}`: the object of that name in `objects` (values, or
+        a JSON compiler's writers), rendered with the `$with` variables added."""
+        name_node = self.value(node["$object"], f"{where}.$object")
+        extra = [(k, self.value(v, f"{where}.$with.{k}")) for k, v in (node.get("$with") or {}).items()]
+        if isinstance(name_node, _Const) and name_node.value not in self.names:
+            raise ConfigError(f"{where}.$object: no object named {name_node.value!r}; "
+                              f"known: {', '.join(sorted(self.names))}")
+
+        def render(ctx):
+            name = name_node(ctx)
+            try:
+                target = objects[name]
+            except KeyError:
+                raise ConfigError(f"{where}.$object: no object named {name!r}") from None
+            if extra:
+                ctx = {**ctx, **{k: f(ctx) for k, f in extra}}
+            return target(ctx)
+        return render
+
+    def loop(self, spec: str, where: str, unpacks: bool = False) -> tuple[Any, Node]:
+        """A loop's name and its items' source; with `unpacks` (a stream step's loop) the
+        tuple of its names ("text, at in pairs" unpacks each item)."""
+        match = LOOP.match(spec if isinstance(spec, str) else "")
+        if not match:
+            raise ConfigError(f"{where}: loop must read 'NAME in EXPRESSION', got {spec!r}")
+        names = loop_names(match)
+        if len(names) > 1 and not unpacks:
+            raise ConfigError(f"{where}: a $for binds one name, got {spec!r}; unpack items in "
+                              "a stream step's `for` instead")
+        return names if unpacks else names[0], self.string("{{" + match.group(2) + "}}", where)
+
+    def _for(self, node: dict, where: str) -> Node:
+        items = self.items(node, where, self.value)
+        return lambda ctx: [value for value in items(ctx) if value is not OMIT]
+
+    def items(self, node: dict, where: str, compile_body: Callable) -> Callable[[dict], Iterator]:
+        """`{$for: "x in xs", $do: body}`: the body, compiled by `compile_body`, for each item."""
+        var, source = self.loop(node["$for"], f"{where}.$for")
+        body = compile_body(node.get("$do"), f"{where}.$do")
+        return lambda ctx: (body({**ctx, var: item}) for item in source(ctx))
+
+    def _if(self, node: dict, where: str) -> Node:
+        test = self.value(node["$if"], f"{where}.$if")
+        then = self.value(node.get("$then"), f"{where}.$then")
+        other = self.value(node.get("$else", OMIT), f"{where}.$else")
+        return lambda ctx: then(ctx) if test(ctx) else other(ctx)
+
+    def steps(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator[Event]],
+                                                     Callable[[dict, list], Iterator[tuple[float, bytes]]]]:
+        """A stream's steps as generated generator functions: of its events, and of their SSE
+        frames (llmsim.render.stepcodegen)."""
+        return self.stepgen.generator(steps, where)
+
+
+def _given(value, default):
+    """`value`, or `default` when it is None or undefined (jinja's `default` also swallows 0)."""
+    return default if value is None or isinstance(value, jinja2.Undefined) else value
+
+
+def _tojson(value) -> str:
+    import orjson
+    return orjson.dumps(value).decode()
+
+
+class Template:
+    """One compiled template file."""
+
+    def __init__(self, name: str, body: Node | None, body_json, stream):
+        self.name = name
+        self._body = body
+        self._body_json = body_json
+        self._stream, self._frames = stream or (None, None)
+
+    def body(self, **ctx) -> Any:
+        if self._body is None:
+            raise ConfigError(f"template {self.name!r} has no body")
+        return self._body(ctx)
+
+    def body_json(self, **ctx) -> bytes:
+        """The body as JSON bytes: the same as serialising `body(**ctx)`, in one pass."""
+        if self._body_json is None:
+            raise ConfigError(f"template {self.name!r} has no body")
+        ctx["__memo"] = {}
+        return self._body_json(ctx)
+
+    def events(self, **ctx) -> Iterator[Event]:
+        """Render the stream lazily; `seq` counts JSON events from 0."""
+        return self._render(self._stream, ctx)
+
+    def frames(self, **ctx) -> Iterator[tuple[float, bytes]]:
+        """The same stream as SSE: (due time, frame) per event, the frames those of
+        `llmsim.render.sse.framed(self.events(**ctx))`, made without an `Event` each."""
+        return self._render(self._frames, ctx)
+
+    def _render(self, stream, ctx: dict) -> Iterator:
+        if stream is None:
+            raise ConfigError(f"template {self.name!r} has no stream")
+        ctx["__memo"] = {}          # what one render computes once (llmsim.render.jsoncodegen)
+        return stream(ctx, [0.0, 0])
+
+
+class TemplateSet:
+    """Every template of a directory, compiled; `set["responses"]` is one file."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        files = sorted(self.directory.rglob("*.yaml"))
+        if not files:
+            raise ConfigError(f"{self.directory}: no *.yaml templates found")
+        raw = {}
+        for path in files:
+            name = path.relative_to(self.directory).with_suffix("").as_posix()
+            raw[name] = (path, datafiles.load(path, "template"))
+        self.objects: dict[str, Node] = {}
+        owners: dict[str, Path] = {}
+        for name, (path, doc) in raw.items():
+            for obj_name in (doc.get("objects") or {}):
+                if obj_name in owners:
+                    raise ConfigError(f"{path}: objects.{obj_name}: already defined in {owners[obj_name]}; "
+                                      "object names are shared by all templates, rename one")
+                owners[obj_name] = path
+        # Objects may refer to each other in any order: compile lazily by name.
+        pending = {obj: (path, doc["objects"][obj]) for name, (path, doc) in raw.items()
+                   for obj in (doc.get("objects") or {})}
+        compiler = Compiler(self.objects, {obj: value for obj, (_, value) in pending.items()})
+        compiler.codegen.bound |= set().union(*(bound_names(doc) for _, doc in raw.values()))
+        compiler.codegen.varying |= set().union(*(bound_names(doc, with_keys=False) for _, doc in raw.values()))
+        for obj, (path, value) in pending.items():       # each checked on its own first,
+            self.objects[obj] = compiler.value(value, f"{path}: objects.{obj}")
+            compiler.json.objects[obj] = compiler.json.value(value, f"{path}: objects.{obj}")
+        for obj, (path, value) in pending.items():       # ... before others inline it
+            compiler.json_writer(value, f"{path}: objects.{obj}", name=obj)
+        self.templates: dict[str, Template] = {}
+        for name, (path, doc) in raw.items():
+            body = body_json = stream = None
+            if "body" in doc:
+                body = compiler.value(doc["body"], f"{path}: body")
+                body_json = compiler.json_writer(doc["body"], f"{path}: body", once=True)
+            if "stream" in doc:
+                stream = compiler.steps(doc["stream"], f"{path}: stream")
+            self.templates[name] = Template(name, body, body_json, stream)
+
+    def __getitem__(self, name: str) -> Template:
+        try:
+            return self.templates[name]
+        except KeyError:
+            raise ConfigError(f"{self.directory}: no template {name}.yaml (have: "
+                              f"{', '.join(sorted(self.templates))})") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.templates

@@ -1,0 +1,49 @@
+"""The request being served, as connexion's private context variables hold it
+(`connexion.context._scope` / `_receive`): set by the fast lane (llmsim.api.fastpath) for the
+operations it serves without connexion, read by handlers (`received_at`, `request_headers`).
+"""
+from __future__ import annotations
+
+import typing as t
+
+from connexion.context import _receive, _scope
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope
+
+
+def enter(scope: Scope, receive: Receive) -> None:
+    """Make `scope` the request being served, as connexion's own routing would."""
+    _scope.set(scope)
+    _receive.set(receive)
+
+
+class RequestHeaders(Headers):
+    """starlette's Headers of a scope, read in place (not copied into the scope again), whose
+    `get` of a missing name does not raise and catch a KeyError."""
+
+    def __init__(self, scope: Scope):  # noqa: super (sets what it would, without the copy)
+        self._list = scope["headers"]
+
+    def get(self, key: str, default: t.Any = None) -> t.Any:
+        wanted = key.lower().encode("latin-1")
+        for name, value in self._list:
+            if name == wanted:
+                return value.decode("latin-1")
+        return default
+
+
+RECEIVED_AT = "llmsim.received_at"   # scope["extensions"] key: when the server read the request
+                                      # (stamped by llmsim.server.corking's protocol)
+
+
+def received_at() -> float | None:
+    """When the server read the request's first bytes (monotonic seconds), if it says."""
+    extensions = _scope.get().get("extensions")
+    return extensions.get(RECEIVED_AT) if extensions else None
+
+
+def request_headers() -> RequestHeaders:
+    """The headers of the request being served: connexion's `request.headers` without the
+    request object it builds behind a LocalProxy (~10 µs a request)."""
+    return RequestHeaders(_scope.get())
+

@@ -1,0 +1,75 @@
+"""A request's cycle as `llmsim serve`'s protocol (llmsim.server.corking) makes it: uvicorn's, with
+less work per request (what its protocol does as a request's head is parsed was a quarter
+of the instructions of a minimal JSON request, bench/instructions.py)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+from typing import Callable
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+
+class Cycle(RequestResponseCycle):
+    """uvicorn's request cycle, made without keyword arguments, whose `receive` hands over a
+    body that has all arrived without waiting for the event that says so."""
+
+    def __init__(self, scope, transport, flow, default_headers, access_log: bool,
+                 expect_100_continue: bool, keep_alive: bool, on_response: Callable[[], None]):
+        self.scope = scope
+        self.transport = transport
+        self.flow = flow
+        self.logger = LOGGER
+        self.access_logger = ACCESS_LOGGER
+        self.access_log = access_log
+        self.default_headers = default_headers
+        self.message_event = asyncio.Event()
+        self.on_response = on_response
+        self.disconnected = False
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = expect_100_continue
+        self.body = bytearray()
+        self.more_body = True
+        self.response_started = False
+        self.response_complete = False
+        self.chunked_encoding = None
+        self.expected_content_length = 0
+        self.delivered = False
+
+    async def receive(self):
+        if self.more_body or self.delivered or self.waiting_for_100_continue or self.disconnected \
+                or self.response_complete:
+            return await RequestResponseCycle.receive(self)
+        self.delivered = True           # a later call waits for the client to leave
+        if self.flow.read_paused:
+            self.flow.resume_reading()
+        self.message_event.clear()
+        body, self.body = self.body, bytearray()
+        return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+
+LOGGER = logging.getLogger("uvicorn.error")
+ACCESS_LOGGER = logging.getLogger("uvicorn.access")
+METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
+_TARGETS: dict[bytes, tuple[str, bytes, bytes]] = {}
+MAX_TARGETS = 1024
+
+
+def request_target(url: bytes, root_path: str) -> tuple[str, bytes, bytes]:
+    """(path, raw_path, query_string) of a request target, as uvicorn puts them in a scope;
+    remembered for the first `MAX_TARGETS` targets (under a root path, not at all)."""
+    if not root_path:
+        found = _TARGETS.get(url)
+        if found is not None:
+            return found
+    parsed = httptools.parse_url(url)
+    raw_path = parsed.path
+    path = raw_path.decode("ascii")
+    if "%" in path:
+        path = urllib.parse.unquote(path)
+    target = (root_path + path, root_path.encode("ascii") + raw_path, parsed.query or b"")
+    if not root_path and len(_TARGETS) < MAX_TARGETS:
+        _TARGETS[url] = target
+    return target

@@ -1,0 +1,284 @@
+"""Plan one Chat Completions answer: n choices, each text or tool calls, with due times.
+
+Shares the Responses planning core (plan.Context, inputs, textgen, latency, reasoning
+rules, toolcalls). Per choice: the visible output (text, or calls) is planned first;
+reasoning tokens follow from it with the same effort multipliers and are spent before the
+first visible token. All choices share one time to first token. `chunks` is the merged,
+time-ordered stream: per choice a role chunk when its first token is due, one chunk per
+token (or tool-call start and argument fragment), and a finish chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, Iterable, Iterator, NamedTuple
+
+from llmsim import ids
+from llmsim.errors import InvalidRequestError
+from llmsim.sim import inputs, latency, textgen, tokens, toolcalls
+from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, visible_text
+
+SYSTEM_FINGERPRINT = "fp_llmsim"
+# Content part types each role may send; every part carries its payload under its type's name.
+PART_TYPES = {
+    "system": ("text",), "developer": ("text",), "tool": ("text",), "function": ("text",),
+    "user": ("text", "image_url", "input_audio", "file"),
+    "assistant": ("text", "refusal"),
+}
+# Fields a message of each role must carry besides `role` (assistant: content or a call).
+REQUIRED_FIELDS = {"system": ("content",), "developer": ("content",), "user": ("content",),
+                   "tool": ("content", "tool_call_id"), "function": ("content", "name"),
+                   "assistant": ()}
+
+
+@dataclass(slots=True)
+class Choice(TimedPieces):
+    index: int
+    text: str | None                       # None when the choice calls tools
+    pieces: tuple[str, ...]                # one per visible token (`tokens`: with due times)
+    times: tuple[float, ...]
+    tool_calls: list[toolcalls.FunctionCall]
+    finish_reason: str
+    first_at: float
+    end_at: float
+    visible_tokens: int
+    reasoning_tokens: int
+
+
+class Chunk(NamedTuple):
+    """One streamed chunk; `kind` names the template object `chat_{kind}_choice` that renders
+    it. The stream template unpacks each (chat.yaml), so a plain tuple of these six serves
+    as well (`text_chunks` makes those: cheaper to build)."""
+    kind: str                              # role | content | tool_call | arguments | finish
+    choice: Choice
+    at: float
+    text: str = ""
+    call: toolcalls.FunctionCall | None = None
+    call_index: int = 0
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    id: str
+    created: int
+    model: str
+    req: dict[str, Any]
+    choices: list[Choice]
+    usage: Usage
+    first_token_at: float
+    end_at: float
+    effort: str | None
+    include_usage: bool
+    service_tier: str
+    system_fingerprint: str = SYSTEM_FINGERPRINT
+    _chunks: list[Chunk] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def chunks(self) -> Iterable[Chunk]:
+        """The merged stream. One choice without tool calls is already in time order, and its
+        chunks are made as the stream reads them (an open stream holds no list of them);
+        otherwise the merged list is built on first use."""
+        if self._chunks is None and len(self.choices) == 1 and not self.choices[0].tool_calls:
+            return text_chunks(self.choices[0])
+        if self._chunks is None:
+            self._chunks = merged_chunks(self.choices)
+        return self._chunks
+
+    def replan_chunks(self) -> None:
+        """The choices changed (a content filter cut them): build the stream again."""
+        self._chunks = None
+
+    @property
+    def time_to_first_token(self) -> float:
+        """Simulated time to the first visible token, in ms."""
+        return round(self.first_token_at * 1000, 3)
+
+    @property
+    def throughput_after_first_token(self) -> float | None:
+        """Simulated tokens per second after the first one (None when all came at once)."""
+        choices = self.choices
+        later = (choices[0].visible_tokens if len(choices) == 1       # (no generator to run)
+                 else sum([c.visible_tokens for c in choices])) - 1
+        span = self.end_at - self.first_token_at
+        return round(later / span, 3) if later > 0 and span > 0 else None
+
+
+def check_messages(messages: list[dict]) -> None:
+    """What the request schema cannot say: per-role required fields and content part types."""
+    for i, message in enumerate(messages):
+        role, where = message["role"], f"messages[{i}]"
+        for name in REQUIRED_FIELDS[role]:
+            if message.get(name) is None:
+                raise InvalidRequestError(f"Missing required parameter: '{where}.{name}'.",
+                                          param=f"{where}.{name}", code="missing_required_parameter")
+        if role == "assistant" and message.get("content") is None and not (
+                message.get("tool_calls") or message.get("function_call") or message.get("refusal")):
+            raise InvalidRequestError(
+                f"Missing required parameter: '{where}.content' (or '{where}.tool_calls').",
+                param=f"{where}.content", code="missing_required_parameter")
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        allowed = PART_TYPES[role]
+        for j, part in enumerate(content):
+            kind, at = part["type"], f"{where}.content[{j}]"
+            if kind not in allowed:
+                raise InvalidRequestError(
+                    f"Invalid value: '{kind}'. Supported values are: {', '.join(repr(a) for a in allowed)}.",
+                    param=f"{at}.type", code="invalid_value")
+            if part.get(kind) is None:
+                raise InvalidRequestError(f"Missing required parameter: '{at}.{kind}'.",
+                                          param=f"{at}.{kind}", code="missing_required_parameter")
+
+
+def plan_chat(body: dict, ctx: Context) -> ChatPlan:
+    messages = body["messages"]
+    check_messages(messages)
+    # Checks whose answer is known at once are not called, as in llmsim.sim.plan.plan_response.
+    model = ctx.model
+    turns = inputs.chat_turns(messages)
+    if not model.vision:
+        inputs.check_vision(turns, model)
+    prompt_tokens = inputs.count(turns, model.encoding)
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    cap = body.get(param)
+    if prompt_tokens > model.context_window or cap is not None:
+        check_context(ctx, prompt_tokens, cap, param)
+    effort = ctx.rules.effort(model, body.get("reasoning_effort"), "reasoning_effort") if model.reasons else None
+    tools = body.get("tools") or body.get("tool_choice") is not None
+    tool_req = toolcalls.chat_request(body) if tools else None
+    last_role = turns[-1].role if turns else None
+    stops = _stops(stop) if (stop := body.get("stop")) else []
+    choices = []
+    first_token = None
+    visible = reasoning = 0
+    for index in range(body.get("n") or 1):
+        choice, sched = _choice(index, body, ctx, turns, cap, effort, tool_req, last_role, stops)
+        if first_token is None:
+            first_token = sched.first_token
+        elif first_token != sched.first_token:
+            _shift(choice, first_token - sched.first_token)
+        visible += choice.visible_tokens
+        reasoning += choice.reasoning_tokens
+        choices.append(choice)
+    if len(choices) == 1:
+        first_at, end_at = choices[0].first_at, choices[0].end_at
+    else:
+        first_at, end_at = min(c.first_at for c in choices), max(c.end_at for c in choices)
+    usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage_semantics)
+    tier = body.get("service_tier")
+    include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
+    return ChatPlan(ids.make("chatcmpl-", ctx.rng, 32), ctx.created_at, body["model"], body, choices,
+                    usage, first_at, end_at, effort, include_usage,
+                    "default" if tier in (None, "auto") else tier)
+
+
+def _choice(index: int, body: dict, ctx: Context, turns: list, cap: int | None, effort: str | None,
+            tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str]):
+    """One choice and its schedule: text or calls first, then the reasoning that led to it.
+    `tool_req` None: the request names no tools."""
+    rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
+    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req else None
+    if names:
+        calls = toolcalls.make_calls(names, tool_req, rng, enc)
+        wanted = sum(c.tokens for c in calls)
+    else:
+        text = visible_text(ctx, turns, None)
+        if stops:
+            text = _stop(text, stops, enc)
+        wanted = text.tokens
+    reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
+    room = cap
+    if cap is not None and s.usage_semantics == "openai":   # reasoning spends the budget first
+        reasoning = min(reasoning, cap)
+        room = cap - reasoning
+    if names:
+        if room is not None and wanted > room:
+            calls = toolcalls.fit(calls, room, enc)
+        units = toolcalls.units(calls)
+    else:
+        if room is not None and text.tokens > room:
+            text = _cut(text, room, enc)
+        units = len(text.pieces)
+    sched = latency.schedule(ctx.profile, rng, reasoning, units)
+    first_at = sched.token_times[0] if sched.token_times else sched.reasoning_end
+    if names:
+        toolcalls.place(calls, sched.token_times, first_at)
+        finish = "length" if toolcalls.truncated(calls) else "tool_calls"
+        choice = Choice(index, None, (), (), calls, finish, first_at, sched.end,
+                        sum(c.tokens for c in calls), reasoning)
+    else:
+        choice = Choice(index, text.text, text.pieces, sched.token_times, [],
+                        "length" if text.truncated else "stop", first_at, sched.end,
+                        text.tokens, reasoning)
+    return choice, sched
+
+
+def _stops(stop: Any) -> list[str]:
+    if not stop:
+        return []
+    return [s for s in ([stop] if isinstance(stop, str) else stop) if s]
+
+
+def _stop(text: textgen.Text, stops: list[str], encoding: str) -> textgen.Text:
+    """The text up to (not including) the first stop sequence, as the model would stop there."""
+    if not stops:
+        return text
+    hits = [i for i in (text.text.find(s) for s in stops) if i >= 0]
+    if not hits:
+        return text
+    end = min(hits)
+    pieces, length = [], 0
+    for piece in text.pieces:
+        if length + len(piece) > end:
+            if end > length:
+                pieces.append(piece[:end - length])
+            break
+        pieces.append(piece)
+        length += len(piece)
+    kept = "".join(pieces)
+    return textgen.Text(tuple(pieces), kept, tokens.count(kept, encoding), False)
+
+
+def _cut(text: textgen.Text, room: int, encoding: str) -> textgen.Text:
+    pieces = text.pieces[:max(0, room)]
+    kept = "".join(pieces)
+    return textgen.Text(tuple(pieces), kept, min(room, tokens.count(kept, encoding)), True)
+
+
+def _shift(choice: Choice, delta: float) -> None:
+    """Move a choice in time so that every choice shares the first choice's TTFT."""
+    if not delta:
+        return
+    choice.first_at += delta
+    choice.end_at += delta
+    choice.shift(delta)
+    for call in choice.tool_calls:
+        call.start_at += delta
+        call.end_at += delta
+        for fragment in call.fragments:
+            fragment.at += delta
+
+
+def text_chunks(choice: Choice) -> Iterator[tuple]:
+    """A choice without tool calls, chunk by chunk (`Chunk`'s fields): role, content (times
+    only grow), finish."""
+    yield "role", choice, choice.first_at, "", None, 0
+    for text, at in zip(choice.pieces, choice.times):
+        yield "content", choice, at, text, None, 0
+    yield "finish", choice, choice.end_at, "", None, 0
+
+
+def merged_chunks(choices: list[Choice]) -> list[Chunk]:
+    """Every choice's chunks, merged by due time (ties keep choice order)."""
+    out = []
+    for choice in choices:
+        out.append(Chunk("role", choice, choice.first_at))
+        out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
+        for n, call in enumerate(choice.tool_calls):
+            out.append(Chunk("tool_call", choice, call.start_at, call=call, call_index=n))
+            for fragment in call.fragments:
+                out.append(Chunk("arguments", choice, fragment.at, fragment.text, call, n))
+        out.append(Chunk("finish", choice, choice.end_at))
+    out.sort(key=itemgetter(2))        # by `at`
+    return out

@@ -1,0 +1,234 @@
+"""Plan one answer: everything a template and a transport need, computed once per request.
+
+A plan is plain data: ids, the visible text cut into tokens with their due times, the
+reasoning tokens and summary, tool calls, usage and the schedule. It depends only on the
+request, the settings, the model catalogue and an injected random generator, so the same
+seed and the same requests give the same plan.
+"""
+from __future__ import annotations
+
+import base64
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from llmsim import ids
+from llmsim.errors import ContextLengthError, InvalidRequestError
+from llmsim.sim import inputs, latency, textgen, toolcalls
+from llmsim.sim.models import Model
+
+
+@dataclass(slots=True)
+class Token:
+    text: str
+    at: float
+
+
+@dataclass(slots=True)
+class SummaryPart:
+    index: int
+    text: str
+    deltas: list[Token]
+
+
+@dataclass(slots=True)
+class ReasoningItem:
+    id: str
+    tokens: int
+    summary: list[SummaryPart] | None      # None: no summary was requested
+    encrypted_content: str | None
+    start_at: float
+    end_at: float
+    kind: str = "reasoning"
+
+
+class TimedPieces:
+    """Visible text as `pieces` (one per token) and their due `times`; a stream template
+    walks `timed_pieces`, (piece, due time) pairs, which no object per token is made for."""
+    __slots__ = ()
+
+    @property
+    def timed_pieces(self) -> Iterator[tuple[str, float]]:
+        return zip(self.pieces, self.times)
+
+    def keep(self, k: int) -> None:
+        """Only the first k tokens (and the text they make)."""
+        self.pieces, self.times = self.pieces[:k], self.times[:k]
+        self.text = "".join(self.pieces)
+
+    def shift(self, delta: float) -> None:
+        """Every token `delta` seconds later."""
+        self.times = tuple(t + delta for t in self.times)
+
+
+@dataclass(slots=True)
+class MessageItem(TimedPieces):
+    id: str
+    text: str
+    pieces: tuple[str, ...]
+    times: tuple[float, ...]
+    start_at: float
+    status: str = "completed"
+    kind: str = "message"
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+    cached_tokens: int = 0
+
+    @classmethod
+    def make(cls, input_tokens: int, visible: int, reasoning: int, semantics: str) -> "Usage":
+        if semantics == "openai":
+            return cls(input_tokens, visible + reasoning, reasoning, input_tokens + visible + reasoning)
+        return cls(input_tokens, visible, reasoning, input_tokens + visible + reasoning)
+
+
+@dataclass(slots=True)
+class Plan:
+    """One simulated answer. `output` holds items in order; `end_at` is when it is done."""
+    id: str
+    created_at: int
+    model: str
+    req: dict[str, Any]
+    output: list[Any]
+    usage: Usage
+    status: str
+    incomplete_reason: str | None
+    first_token_at: float
+    end_at: float
+    effort: str | None = None
+
+    @property
+    def output_text(self) -> str:
+        output = self.output
+        if len(output) == 1:        # most answers: one message (no generator to run)
+            item = output[0]
+            return item.text if item.kind == "message" else ""
+        return "".join([item.text for item in output if item.kind == "message"])
+
+    @property
+    def completed_at(self) -> int:
+        return self.created_at + int(self.end_at)
+
+
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
+class Context:
+    """What planning needs from the server, besides the request."""
+    settings: Any
+    model: Model
+    profile: latency.Profile
+    rules: Any             # reasoning.ReasoningRules
+    rng: random.Random
+    created_at: int
+
+
+def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None) -> textgen.Text:
+    s = ctx.settings
+    if s.generator in textgen.PURE:     # says the same whatever the request: no input to read
+        return textgen.generate(s.generator, s.target_tokens, cap, None, ctx.model.encoding)
+    gen_input = textgen.GenerationInput(ctx.rng, inputs.last_user_text(turns), s.fixed_text)
+    return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
+
+
+def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) -> None:
+    model = ctx.model
+    if input_tokens > model.context_window:
+        raise ContextLengthError(
+            f"This model's maximum context length is {model.context_window} tokens. However, your "
+            f"messages resulted in {input_tokens} tokens. Please reduce the length of the messages.",
+            param="input" if param == "max_output_tokens" else "messages")
+    if cap is not None and cap > model.max_output_tokens:
+        raise InvalidRequestError(
+            f"{param} is too large: {cap}. This model supports at most {model.max_output_tokens} "
+            f"completion tokens, whereas you provided {cap}.", param=param, code="invalid_value")
+
+
+def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
+                  generate: bool = True) -> Plan:
+    """Plan a Responses API answer (reasoning item, then the message).
+
+    `history` is the conversation a `previous_response_id` continues (it counts as input);
+    `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
+    """
+    # Checks whose answer is known at once are not called (a call is ~1k instructions, and
+    # most requests pass them all): images for a vision model, the context window, effort
+    # for a model that does not reason, tools for a request naming none.
+    rng, rules, model = ctx.rng, ctx.rules, ctx.model
+    turns = [*(history or ()), *inputs.responses_turns(body)]
+    if not model.vision:
+        inputs.check_vision(turns, model)
+    input_tokens = inputs.count(turns, model.encoding)
+    cap = body.get("max_output_tokens")
+    if input_tokens > model.context_window or cap is not None:
+        check_context(ctx, input_tokens, cap, "max_output_tokens")
+    reasoning_req = body.get("reasoning") or {}
+    effort = rules.effort(model, reasoning_req.get("effort"), "reasoning.effort") if model.reasons else None
+    tools = body.get("tools") or body.get("tool_choice") is not None
+    tool_req = toolcalls.responses_request(body) if tools else None
+    if not generate:
+        usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
+        return Plan(ids.make("resp_", rng), ctx.created_at, body["model"], body, [], usage,
+                    "completed", None, 0.0, 0.0, effort)
+    names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
+                             turns[-1].role if turns else None) if tools else None
+    if names:
+        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding),
+                           input_tokens, cap, effort)
+    text = visible_text(ctx, turns, cap)
+    reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
+    sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
+    response_id = ids.make("resp_", rng)
+    output: list[Any] = []
+    if reasoning_tokens:
+        output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
+    message = MessageItem(ids.make("msg_", rng), text.text, text.pieces, sched.token_times,
+                          sched.reasoning_end, "incomplete" if text.truncated else "completed")
+    output.append(message)
+    usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage_semantics)
+    return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
+                "incomplete" if text.truncated else "completed",
+                "max_output_tokens" if text.truncated else None,
+                sched.first_token, sched.end, effort)
+
+
+def _plan_calls(body: dict, ctx: Context, calls: list[toolcalls.FunctionCall], input_tokens: int,
+                cap: int | None, effort: str | None) -> Plan:
+    """A Responses answer that calls functions: reasoning item, then one function_call item per call."""
+    if cap is not None:
+        calls = toolcalls.fit(calls, cap, ctx.model.encoding)
+    visible = sum(call.tokens for call in calls)
+    reasoning_tokens = ctx.rules.tokens(effort, visible)
+    sched = latency.schedule(ctx.profile, ctx.rng, reasoning_tokens, toolcalls.units(calls))
+    toolcalls.place(calls, sched.token_times, sched.reasoning_end)
+    response_id = ids.make("resp_", ctx.rng)
+    output: list[Any] = []
+    if reasoning_tokens:
+        summary_kind = (body.get("reasoning") or {}).get("summary")
+        output.append(_reasoning_item(body, ctx, reasoning_tokens, summary_kind, sched))
+    output.extend(calls)
+    cut = toolcalls.truncated(calls)
+    usage = Usage.make(input_tokens, visible, reasoning_tokens, ctx.settings.usage_semantics)
+    return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
+                "incomplete" if cut else "completed", "max_output_tokens" if cut else None,
+                sched.first_token, sched.end, effort)
+
+
+def _reasoning_item(body: dict, ctx: Context, n_tokens: int, summary_kind: str | None,
+                    sched: latency.Schedule) -> ReasoningItem:
+    rng = ctx.rng
+    summary = None
+    words = ctx.rules.summary_words(summary_kind, n_tokens)
+    if words:
+        text = textgen.words_text(words, rng)
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+        times = latency.spread(sched.first_token, sched.reasoning_end, len(pieces))
+        summary = [SummaryPart(0, text, [Token(p, t) for p, t in zip(pieces, times)])]
+    encrypted = None
+    if "reasoning.encrypted_content" in (body.get("include") or ()):
+        encrypted = "gAAAAA" + base64.urlsafe_b64encode(rng.randbytes(96)).decode()
+    return ReasoningItem(ids.make("rs_", rng), n_tokens, summary, encrypted,
+                         sched.first_token, sched.reasoning_end)

@@ -1,0 +1,455 @@
+"""The embedded store of `llmsim serve`: one LMDB environment (`--store lmdb:DIR`), a
+memory-mapped B+tree that every worker process maps and writes under LMDB's own
+cross-process write lock.
+
+A write transaction never syncs to disk (a simulator's state need not survive a machine
+crash), so it runs on the event loop: no thread, no checkpoints. The writes that requests make
+in one step of the loop share one transaction, committed by a callback the first of them
+schedules: a write is committed, and readable by every process, when its call returns.
+Under load that is ~10 writes per commit, each ~1.5x cheaper than alone (B-tree pages are
+copied once per commit, not once per write). A read first commits the writes still waiting,
+so it sees every write called before it; readers never wait for writers.
+
+Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
+- `responses`: id -> HEAD (expires, creation number n, frame count, how many of those frames
+  the value holds), status, response JSON, the frames it was created with (LZ4), meta JSON;
+- `frames`: id NUL first_seq -> frame count, LZ4-compressed frames first_seq.. (one row per
+  append: a response's first frames live in its own value, so keeping one writes one row);
+- `conversations`: id -> (expires, n, next item position), record JSON;
+- `items`: conversation id NUL position -> item JSON; `item_ids`: conversation id NUL item id
+  -> position;
+- `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
+  entry's n is one more than the newest's;
+- `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
+
+Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
+entries of each kind are looked at and the expired ones deleted. The map (and the file, which
+is sparse) starts at `MAP_SIZE` and doubles whenever a write fills it; the other processes
+adopt the new size on their next transaction.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+
+import lmdb
+import orjson
+
+from llmsim.errors import ConfigError
+from llmsim.render.jsonbytes import dumps
+from llmsim.state.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
+
+MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
+SWEEP_EVERY = 256
+FORMAT = b"2"
+RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
+HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
+CONVERSATION = struct.Struct("<dQQ")    # expires, n, next item position
+POSITION = struct.Struct(">Q")
+SEQ = struct.Struct(">I")
+COUNT = struct.Struct("<I")
+KINDS = {"responses": b"r", "conversations": b"c"}
+
+
+def _order_key(kind: str, n: int) -> bytes:
+    return KINDS[kind] + POSITION.pack(n)
+
+
+def _key(*parts: str | bytes) -> bytes:
+    return b"\0".join(p.encode() if isinstance(p, str) else p for p in parts)
+
+
+class Row(NamedTuple):
+    """A `responses` value: `first` of its `events` frames are `frames` (packed); the rest are
+    rows of the `frames` table."""
+    expires: float
+    n: int
+    events: int
+    status: str
+    response: bytes
+    meta: bytes
+    first: int = 0
+    frames: bytes = b""
+
+    def value(self) -> bytes:
+        status = self.status.encode()
+        return RESPONSE.pack(self.expires, self.n, self.events, self.first, len(status), len(self.response),
+                             len(self.frames)) + status + self.response + self.frames + self.meta
+
+    @classmethod
+    def parse(cls, value: bytes) -> "Row":
+        expires, n, events, first, status_len, response_len, frames_len = RESPONSE.unpack_from(value)
+        at = RESPONSE.size + status_len
+        end = at + response_len
+        return cls(expires, n, events, value[RESPONSE.size:at].decode(), value[at:end],
+                   value[end + frames_len:], first, value[end:end + frames_len])
+
+
+class LmdbStore:
+    needs_task = False  # waits only on futures (a thread's, the loop's)
+
+    def __init__(self, path: str, bounds: Bounds):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"store: cannot create the LMDB directory {path!r}: {exc}") from None
+        self.path = path
+        self.bounds = bounds
+        self._env: lmdb.Environment | None = None
+        self._writes = 0
+        self._waiting: list[tuple[Callable, asyncio.Future]] = []   # writes of this loop step
+        self._open()             # a directory it cannot use fails start-up, not the first request
+
+    # ---- plumbing --------------------------------------------------------------------
+    def _open(self) -> lmdb.Environment:
+        if self._env is None:
+            self._env, self.db = _open_env(self.path)
+        return self._env
+
+    def _transact(self, body: Callable, write: bool = False) -> Any:
+        """`body(txn)` in one transaction now (committed when it returns, for a write). The map
+        starts small and doubles when a write fills it; another process's growth is adopted."""
+        env = self._open()
+        while True:
+            try:
+                with env.begin(write=write) as txn:
+                    result = body(txn)
+                break
+            except lmdb.MapFullError:
+                env.set_mapsize(env.info()["map_size"] * 2)
+            except lmdb.MapResizedError:
+                env.set_mapsize(0)
+        return result
+
+    def _write(self, body: Callable) -> asyncio.Future:
+        """`body(txn)` in the write transaction of this loop step; the future is its result."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.append((body, future))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._commit)
+        return future
+
+    def _commit(self) -> None:
+        """Run the waiting writes in one transaction. If one raises, the transaction is
+        dropped and each runs in its own, so only its caller gets the error."""
+        batch, self._waiting = self._waiting, []
+        if not batch:
+            return
+        try:
+            outcomes = [(result, None) for result in
+                        self._transact(lambda txn: [body(txn) for body, _ in batch], write=True)]
+        except Exception:
+            outcomes = [self._alone(body) for body, _ in batch]
+        for (_, future), (result, error) in zip(batch, outcomes):
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+        before, self._writes = self._writes, self._writes + len(batch)
+        if before // SWEEP_EVERY != self._writes // SWEEP_EVERY:
+            self._transact(self._sweep, write=True)
+
+    def _alone(self, body: Callable) -> tuple[Any, Exception | None]:
+        try:
+            return self._transact(body, write=True), None
+        except Exception as exc:
+            return None, exc
+
+    def _read(self, body: Callable) -> Any:
+        """`body(txn)` in a read transaction that sees every write called before it."""
+        if self._waiting:
+            self._commit()
+        return self._transact(body)
+
+    def _rows(self, txn, table: str, entry_id: str) -> list[tuple[bytes, bytes]]:
+        """(key after the id, value) of `table`'s rows under an entry, in key order."""
+        prefix = _key(entry_id, b"")
+        rows = []
+        cursor = txn.cursor(db=self.db[table])
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                rows.append((key[len(prefix):], value))
+        return rows
+
+    def _next_n(self, txn, kind: str) -> int:
+        """One more than the newest entry's creation number (1 when there is none)."""
+        prefix = KINDS[kind]
+        cursor = txn.cursor(db=self.db["order"])
+        found = cursor.prev() if cursor.set_range(bytes([prefix[0] + 1])) else cursor.last()
+        return POSITION.unpack(cursor.key()[1:])[0] + 1 if found and cursor.key().startswith(prefix) else 1
+
+    def _created(self, txn, kind: str, n: int, entry_id: str) -> None:
+        """Record creation `n` and evict what falls beyond `max_entries`."""
+        order = self.db["order"]
+        prefix = KINDS[kind]
+        txn.put(prefix + POSITION.pack(n), entry_id.encode(), db=order)
+        limit = n - self.bounds.max_entries
+        if limit > 0:
+            cursor = txn.cursor(db=order)
+            cursor.set_range(prefix)
+            while (key := cursor.key()).startswith(prefix) and POSITION.unpack(key[1:])[0] <= limit:
+                old = cursor.value().decode()
+                cursor.delete()                    # moves on to the next row
+                self._drop(txn, kind, old, order_key=None)
+
+    def _drop(self, txn, kind: str, entry_id: str, order_key: bytes | None) -> bool:
+        """Delete an entry and what hangs off it (its order row, with `order_key`)."""
+        if order_key is not None:
+            txn.delete(order_key, db=self.db["order"])
+        if kind == "responses":
+            value = txn.pop(entry_id.encode(), db=self.db["responses"])
+            if value is None:
+                return False
+            _, _, events, first = HEAD.unpack_from(value)
+            if events > first:
+                self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
+            return True
+        found = txn.delete(entry_id.encode(), db=self.db["conversations"])
+        self._delete_prefix(txn, "items", _key(entry_id, b""))
+        self._delete_prefix(txn, "item_ids", _key(entry_id, b""))
+        return found
+
+    def _delete_prefix(self, txn, table: str, prefix: bytes) -> None:
+        cursor = txn.cursor(db=self.db[table])
+        if cursor.set_range(prefix):
+            while cursor.key().startswith(prefix):
+                if not cursor.delete():
+                    break
+
+    def _sweep(self, txn) -> None:
+        """Delete expired entries among the oldest `SWEEP_EVERY` of each kind."""
+        now = time.time()
+        for kind, prefix in KINDS.items():
+            cursor = txn.cursor(db=self.db["order"])
+            expired = []
+            if cursor.set_range(prefix):
+                for looked, (key, value) in enumerate(cursor):
+                    if not key.startswith(prefix) or looked >= SWEEP_EVERY:
+                        break
+                    raw = txn.get(value, db=self.db[kind])
+                    if raw is None or struct.unpack_from("<d", raw)[0] <= now:
+                        expired.append((key, value.decode()))
+            for key, entry_id in expired:
+                self._drop(txn, kind, entry_id, order_key=key)
+
+    def _live_response(self, txn, response_id: str):
+        raw = txn.get(response_id.encode(), db=self.db["responses"])
+        if raw is None:
+            return None
+        row = Row.parse(raw)
+        return row if row.expires > time.time() else None
+
+    def _live_conversation(self, txn, conversation_id: str):
+        raw = txn.get(conversation_id.encode(), db=self.db["conversations"])
+        if raw is None:
+            return None
+        expires, n, next_pos = CONVERSATION.unpack_from(raw)
+        return (expires, n, next_pos, raw[CONVERSATION.size:]) if expires > time.time() else None
+
+    def _delete(self, kind: str, entry_id: str) -> asyncio.Future:
+        """Delete an entry that has not expired (and what hangs off it); whether there was one."""
+        live = self._live_response if kind == "responses" else self._live_conversation
+
+        def delete(txn) -> bool:
+            found = live(txn, entry_id)       # (expires, n, ...)
+            if found is not None:
+                self._drop(txn, kind, entry_id, _order_key(kind, found[1]))
+            return found is not None
+        return self._write(delete)
+
+    # ---- responses -------------------------------------------------------------------
+    async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
+        key = record.id.encode()
+        row = Row(0.0, 0, len(frames), record.status, record.response_json(), record.meta_json(),
+                  len(frames), pack(frames))
+
+        def put(txn) -> None:
+            responses = self.db["responses"]
+            n = self._next_n(txn, "responses")
+            value = row._replace(expires=self.bounds.expires(time.time()), n=n).value()
+            if not txn.put(key, value, overwrite=False, db=responses):      # replacing one
+                old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
+                self._drop(txn, "responses", record.id, _order_key("responses", old))
+                txn.put(key, value, db=responses)
+            self._created(txn, "responses", n, record.id)
+        await self._write(put)
+
+    async def get_response(self, response_id: str) -> StoredResponse | None:
+        row = self._read(lambda txn: self._live_response(txn, response_id))
+        if row is None:
+            return None
+        return StoredResponse.from_json(response_id, row.response, row.meta, row.events, row.status)
+
+    async def delete_response(self, response_id: str) -> bool:
+        return await self._delete("responses", response_id)
+
+    async def append_events(self, response_id: str, frames: Sequence[bytes],
+                            snapshot: dict | None = None, *, expect_events: int | None = None) -> bool:
+        blob = pack(frames)
+        new_response = dumps(snapshot) if snapshot is not None else None
+
+        def append(txn) -> bool:
+            row = self._live_response(txn, response_id)
+            if row is None:
+                return False
+            if row.status not in ACTIVE or (expect_events is not None and row.events != expect_events):
+                return False
+            if blob:
+                txn.put(_key(response_id, SEQ.pack(row.events)), COUNT.pack(len(frames)) + blob,
+                        db=self.db["frames"])
+            if new_response is not None:
+                row = row._replace(status=snapshot.get("status"), response=new_response)
+            row = row._replace(expires=self.bounds.expires(time.time()), events=row.events + len(frames))
+            txn.put(response_id.encode(), row.value(), db=self.db["responses"])
+            return True
+        return await self._write(append)
+
+    async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
+        def read(txn):
+            row = self._live_response(txn, response_id)
+            return None if row is None else (row, self._rows(txn, "frames", response_id))
+        found = self._read(read)
+        if found is None:
+            return [], None
+        row, rows = found
+        frames = frames_after(row.frames, 0, after) if row.first - 1 > after else []
+        for key, value in rows:
+            first_seq, count = SEQ.unpack(key)[0], COUNT.unpack_from(value)[0]
+            if first_seq + count - 1 > after:
+                frames += frames_after(value[COUNT.size:], first_seq, after)
+        return frames, row.status
+
+    # ---- conversations ---------------------------------------------------------------
+    async def put_conversation(self, conversation: Conversation) -> None:
+        record, key = conversation.to_json(), conversation.id.encode()
+
+        def put(txn) -> None:
+            expires = self.bounds.expires(time.time())
+            live = self._live_conversation(txn, conversation.id)
+            if live is not None:
+                _, n, next_pos, _ = live
+                txn.put(key, CONVERSATION.pack(expires, n, next_pos) + record, db=self.db["conversations"])
+                return
+            old = txn.get(key, db=self.db["conversations"])
+            if old is not None:     # expired: it goes, items and all
+                self._drop(txn, "conversations", conversation.id,
+                           _order_key("conversations", CONVERSATION.unpack_from(old)[1]))
+            n = self._next_n(txn, "conversations")
+            txn.put(key, CONVERSATION.pack(expires, n, 0) + record, db=self.db["conversations"])
+            self._created(txn, "conversations", n, conversation.id)
+        await self._write(put)
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        live = self._read(lambda txn: self._live_conversation(txn, conversation_id))
+        return None if live is None else Conversation.from_json(conversation_id, live[3])
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        return await self._delete("conversations", conversation_id)
+
+    async def add_items(self, conversation_id: str, items: Sequence[dict]) -> bool:
+        rows = [(item.get("id"), dumps(item)) for item in items]
+
+        def add(txn) -> bool:
+            live = self._live_conversation(txn, conversation_id)
+            if live is None:
+                return False
+            _, n, position, record = live
+            for item_id, raw in rows:
+                txn.put(_key(conversation_id, POSITION.pack(position)), raw, db=self.db["items"])
+                if item_id is not None:
+                    txn.put(_key(conversation_id, item_id), POSITION.pack(position), db=self.db["item_ids"])
+                position += 1
+            txn.put(conversation_id.encode(), CONVERSATION.pack(self.bounds.expires(time.time()), n, position)
+                    + record, db=self.db["conversations"])
+            return True
+        return await self._write(add)
+
+    async def conversation_items(self, conversation_id: str) -> list[dict] | None:
+        def read(txn):
+            if self._live_conversation(txn, conversation_id) is None:
+                return None
+            return self._rows(txn, "items", conversation_id)
+        rows = self._read(read)
+        return None if rows is None else [orjson.loads(value) for _, value in rows]
+
+    async def get_item(self, conversation_id: str, item_id: str) -> dict | None:
+        def read(txn):
+            if self._live_conversation(txn, conversation_id) is None:
+                return None
+            position = txn.get(_key(conversation_id, item_id), db=self.db["item_ids"])
+            return None if position is None else txn.get(_key(conversation_id, position), db=self.db["items"])
+        raw = self._read(read)
+        return None if raw is None else orjson.loads(raw)
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> bool:
+        def delete(txn) -> bool:
+            if self._live_conversation(txn, conversation_id) is None:
+                return False
+            position = txn.pop(_key(conversation_id, item_id), db=self.db["item_ids"])
+            if position is not None:
+                txn.delete(_key(conversation_id, position), db=self.db["items"])
+            return position is not None
+        return await self._write(delete)
+
+    async def flush(self) -> None:
+        """Commit the writes still waiting (every call is done when it returns)."""
+        self._commit()
+
+    async def close(self) -> None:
+        self._commit()
+        if self._env is not None:
+            _release_env(self.path)
+            self._env = None
+
+
+_OPEN: dict[str, list] = {}   # real path -> [environment, tables, stores using it]: LMDB allows
+                              # one environment per file per process
+
+
+def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
+    real = str(Path(path).resolve())
+    if real not in _OPEN:
+        try:                                  # (the store made the directory)
+            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=8, sync=False, metasync=False,
+                            writemap=True, readahead=False, max_readers=512)
+        except (OSError, lmdb.Error) as exc:
+            raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
+        tables = {name: env.open_db(name.encode()) for name in
+                  ("responses", "frames", "conversations", "items", "item_ids", "order", "meta")}
+        _check_format(env, tables, path)
+        _OPEN[real] = [env, tables, 0]
+    entry = _OPEN[real]
+    entry[2] += 1
+    return entry[0], entry[1]
+
+
+def _check_format(env: lmdb.Environment, tables: dict, path: str) -> None:
+    """Mark a new store with FORMAT; refuse one written in another layout."""
+    with env.begin(write=True) as txn:
+        found = txn.get(b"format", db=tables["meta"])
+        if found is None and txn.stat(tables["responses"])["entries"] == 0:
+            txn.put(b"format", FORMAT, db=tables["meta"])
+            return
+    if found != FORMAT:
+        env.close()
+        raise ConfigError(f"store: {path!r} holds an LMDB store of another llmsim version (format "
+                          f"{(found or b'1').decode()}, this one reads {FORMAT.decode()}); remove the "
+                          "directory or name a new one with --store lmdb:DIR")
+
+
+def _release_env(path: str) -> None:
+    real = str(Path(path).resolve())
+    entry = _OPEN.get(real)
+    if entry is not None:
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del _OPEN[real]
+            entry[0].close()
