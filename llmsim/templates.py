@@ -94,12 +94,14 @@ class _Const:
 
 
 def _getter(path: str) -> Node:
+    """`a.b.c` by the lookup rule (llmsim.pyexpr); Undefined when a step is missing."""
     head, *rest = path.split(".")
+    attr = pyexpr.lookup_attr
 
     def get(ctx):
         value = ctx[head]
         for name in rest:
-            value = value[name] if isinstance(value, dict) else getattr(value, name)
+            value = attr(value, name)
         return value
     return get
 
@@ -109,7 +111,7 @@ class Compiler:
 
     def __init__(self, objects: dict[str, Node], raw_objects: dict[str, Any]):
         self.names = set(raw_objects)
-        self.env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        self.env = pyexpr.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
         self.env.globals["omit"] = OMIT
         self.env.globals["given"] = _given
         self.env.filters["tojson"] = _tojson
@@ -140,17 +142,23 @@ class Compiler:
 
             def checked(ctx):
                 try:
-                    return get(ctx)
-                except (KeyError, AttributeError) as exc:
+                    value = get(ctx)
+                except (KeyError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
+                if isinstance(value, jinja2.Undefined):
+                    raise ConfigError(f"{where}: '{source}' is undefined ({value._undefined_message})")
+                return value
             return checked
         native = pyexpr.compile_expression(source, self.env.globals)
         if native is not None:
             def run_native(ctx):
                 try:
-                    return native(ctx)
+                    value = native(ctx)
                 except (KeyError, AttributeError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: {source!r}: {exc}") from None
+                if isinstance(value, jinja2.Undefined):
+                    raise ConfigError(f"{where}: {source!r} is undefined ({value._undefined_message})")
+                return value
             return run_native
         try:
             compiled = self.env.compile_expression(source, undefined_to_none=False)
