@@ -40,7 +40,7 @@ def lookup_attr(obj: Any, name: str) -> Any:
     """`obj.name` by the lookup rule: a dict's key (`get`: its method), else the attribute;
     Undefined when missing. Looking anything up in Undefined is an error."""
     if obj.__class__ is dict:
-        if name in obj:
+        if name in obj and name != "get":
             return obj[name]
         return obj.get if name == "get" else jinja2.StrictUndefined(obj=obj, name=name)
     try:
@@ -272,7 +272,8 @@ _GIVEN_TEMPS = itertools.count()
 
 
 def inline_given(code: str) -> str:
-    """Generated code with each `given(value, default)` call written in place, as
+    """Generated code with each `given(value, default)` whose default cannot raise (a literal,
+    a name) written in place, as
     `(default if (_gN := value) is None or isinstance(_gN, _Undefined) else _gN)`: a Python
     call less each (~1k instructions). Not inside a comprehension's iterable, where `:=`
     may not stand. The namespace running the code binds `_Undefined` (INLINE_GLOBALS)."""
@@ -297,6 +298,18 @@ def renamed(code: str, old: str, new: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def _cannot_raise(node: ast.expr) -> bool:
+    """A literal, a name, or a list, tuple or dict of those (a default of `given`)."""
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_cannot_raise(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _cannot_raise(k) and isinstance(k, ast.Constant) for k in node.keys) \
+            and all(_cannot_raise(v) for v in node.values)
+    return False
+
+
 class _InlineGiven(ast.NodeTransformer):
     def visit_comprehension(self, node: ast.comprehension):
         node.target = self.visit(node.target)
@@ -306,8 +319,8 @@ class _InlineGiven(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call):
         node = self.generic_visit(node)
         if not (isinstance(node.func, ast.Name) and node.func.id == "given" and len(node.args) == 2
-                and not node.keywords):
-            return node
+                and not node.keywords and _cannot_raise(node.args[1])):
+            return node         # (`given` evaluates its default even when it does not give it)
         value, default = node.args
         temp = f"_g{next(_GIVEN_TEMPS)}"
         held = ast.NamedExpr(ast.Name(temp, ast.Store()), value)

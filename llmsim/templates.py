@@ -32,7 +32,7 @@ import jinja2
 import orjson
 
 from llmsim import datafiles, pyexpr
-from llmsim.errors import ConfigError
+from llmsim.errors import APIError, ConfigError
 from llmsim.jsonbytes import dumps
 from llmsim.jsoncodegen import JsonCodegen
 from llmsim.jsonwriter import JsonCompiler
@@ -145,6 +145,10 @@ class Compiler:
                     value = get(ctx)
                 except (KeyError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
+                except APIError:
+                    raise
+                except Exception as exc:        # (a property of the context's object failed)
+                    raise ConfigError(f"{where}: '{source}': {type(exc).__name__}: {exc}") from exc
                 if isinstance(value, jinja2.Undefined):
                     raise ConfigError(f"{where}: '{source}' is undefined ({value._undefined_message})")
                 return value
@@ -156,13 +160,17 @@ class Compiler:
                     value = native(ctx)
                 except (KeyError, AttributeError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: {source!r}: {exc}") from None
+                except APIError:
+                    raise
+                except Exception as exc:        # (1 + 'a', 1 // 0, ...)
+                    raise ConfigError(f"{where}: {source!r}: {type(exc).__name__}: {exc}") from exc
                 if isinstance(value, jinja2.Undefined):
                     raise ConfigError(f"{where}: {source!r} is undefined ({value._undefined_message})")
                 return value
             return run_native
         try:
             compiled = self.env.compile_expression(source, undefined_to_none=False)
-        except jinja2.TemplateSyntaxError as exc:
+        except jinja2.TemplateError as exc:     # (bad syntax, or a constant part that fails)
             raise ConfigError(f"{where}: bad expression {source!r}: {exc.message}") from None
 
         def run(ctx):
@@ -170,6 +178,10 @@ class Compiler:
                 value = compiled(**ctx)
             except jinja2.UndefinedError as exc:
                 raise ConfigError(f"{where}: {exc.message}") from None
+            except APIError:
+                raise
+            except Exception as exc:
+                raise ConfigError(f"{where}: {source!r}: {type(exc).__name__}: {exc}") from exc
             if isinstance(value, jinja2.Undefined):
                 raise ConfigError(f"{where}: {source!r} is undefined")
             return value
@@ -187,7 +199,7 @@ class Compiler:
             return lambda ctx: f"{prefix}{get(ctx)}{suffix}"
         try:
             template = self.env.from_string(text)
-        except jinja2.TemplateSyntaxError as exc:
+        except jinja2.TemplateError as exc:
             raise ConfigError(f"{where}: bad template {text!r}: {exc.message}") from None
         return lambda ctx: template.render(ctx)
 
