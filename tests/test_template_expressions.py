@@ -6,12 +6,15 @@ dict methods (`items`, `keys`, `get`, `values`), missing keys and variables, Non
 from __future__ import annotations
 
 import logging
+import shutil
 
 import jinja2
+import openai
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import REPO
 from llmsim.errors import ConfigError, ServerError
 from llmsim.jsonbytes import dumps
 from llmsim.templates import Compiler, Template, TemplateSet
@@ -174,7 +177,7 @@ def test_get_on_a_dict_is_its_method_and_a_key_named_get_is_read_by_subscript(co
     assert orjson.loads(t.body_json(req={"a": 1, "get": "g"})) == {"a": 1, "get": "g", "b": 3}
 
 
-def test_a_missing_key_is_undefined_for_given_and_tests_and_an_error_written_out(compile_one, caplog):
+def test_a_missing_key_is_undefined_for_given_and_tests_and_an_error_written_out(compile_one):
     t = compile_one('body: {d: "{{ req.items is defined }}", n: "{{ req.items is none }}", '
                     'g: "{{ given(req.items, 0) }}"}')
     assert orjson.loads(t.body_json(req={})) == {"d": False, "n": False, "g": 0}
