@@ -445,25 +445,26 @@ stream:
     assert event.json == dumps([{**expected[0]}, {**expected[3]}])
 
 
-def test_an_expression_reads_a_key_of_any_mapping_as_jinja_does(tmp_path):
-    """Generated code reads `m.k` of a dict by item and of anything else by attribute; of a
-    mapping that is no dict it falls back to the exact (jinja) path, which reads the item."""
+def test_an_expression_reads_a_dicts_key_and_anything_elses_attribute(tmp_path):
+    """The lookup rule: `m.k` of a dict is its key (a key named like a dict method too); of
+    anything else, a mapping that is no dict included, the attribute."""
     class Config(Mapping):
-        def __init__(self, **items):
-            self.items_ = items
+        k = "attribute"
 
         def __getitem__(self, key):
-            return self.items_[key]
+            return "item"
 
         def __iter__(self):
-            return iter(self.items_)
+            return iter(["k"])
 
         def __len__(self):
-            return len(self.items_)
+            return 1
     (tmp_path / "t.yaml").write_text('body: {v: "{{ m.k if flag else none }}"}')
-    t = TemplateSet(tmp_path)["t"]
-    assert orjson.loads(t.body_json(m={"k": 1}, flag=True)) == {"v": 1}
-    assert orjson.loads(t.body_json(m=Config(k=2), flag=True)) == {"v": 2}
+    (tmp_path / "u.yaml").write_text('body: {items: "{{ m.items if flag else none }}"}')
+    templates = TemplateSet(tmp_path)
+    assert orjson.loads(templates["t"].body_json(m={"k": 1}, flag=True)) == {"v": 1}
+    assert orjson.loads(templates["u"].body_json(m={"items": [2]}, flag=True)) == {"items": [2]}
+    assert orjson.loads(templates["t"].body_json(m=Config(), flag=True)) == {"v": "attribute"}
 
 
 def test_a_body_drops_omitted_entries_and_loop_items(compile_one):

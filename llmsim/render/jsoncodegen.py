@@ -25,8 +25,10 @@ name is inlined too, its `$with` variables bound to locals (one whose object onl
 it out whole holds its JSON bytes), unless the object loops or names objects by
 expression: then its own function is called. One named by
 `"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
-function is only a fast path: on any exception it hands the value to the closure writer of
-`jsonwriter`, which gives the same bytes or the precise template error. A value written
+function gives the same bytes as the closure writer of `jsonwriter` (the same language and
+lookup rule, llmsim.pyexpr; tests/test_template_expressions.py checks it against jinja). When
+it raises, the value has a template error: the closure names it, and it is logged with its
+template and path and answered as a server error (`failed`). A value written
 once per render (a template's `body`) is built as one Python value instead
 (llmsim.render.jsonvaluegen), which uses this module's expressions and, for what it does not
 build, this module's JSON.
@@ -34,6 +36,7 @@ build, this module's JSON.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from ast import literal_eval
 from contextlib import contextmanager
@@ -42,12 +45,35 @@ from typing import Any, Callable, NamedTuple
 import orjson
 from jinja2 import meta
 
+from llmsim.errors import APIError, ConfigError, ServerError
 from llmsim.render import pyexpr
 from llmsim.render.jsonbytes import SMALL_INTS, dumps
 from llmsim.render.jsonvaluegen import ValueCodegen, echoed_with_default, static
 from llmsim.render.template_syntax import LOOP, ONE_NAME, free_names, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
+log = logging.getLogger("llmsim.templates")
+_DISAGREED: set[str] = set()        # template paths whose code raised where the closure did not
+
+
+def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: dict) -> Any:
+    """The generated code of the value at `where` raised `error`. The closure (the reference
+    renderer, the same language and lookup rule) renders it again to name the template error,
+    which is logged with its template and path and answered as a server error (a template bug
+    is the server's); an APIError raised on purpose passes. Should the closure give a value,
+    the two disagree (a compiler bug): logged once per path, and the closure's value used."""
+    try:
+        value = reference(ctx)
+    except APIError:
+        raise
+    except Exception as exc:
+        log.error("%s", exc if isinstance(exc, ConfigError) else f"{where}: {type(exc).__name__}: {exc}")
+        raise ServerError("The server had an error while processing your request.") from exc
+    if where not in _DISAGREED:
+        _DISAGREED.add(where)
+        log.error("%s: generated code raised %s: %s, where the reference renderer gives a value "
+                  "(a template compiler bug; the reference's value is used)", where, type(error).__name__, error)
+    return value
 
 
 class Gen(NamedTuple):
@@ -143,7 +169,7 @@ class JsonCodegen:
     """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
 
     MAX_PICKS = 8       # objects an `$object` named by expression may pick, to be inlined
-    GUARDED = True      # False: a writer raises where it would fall back (tests: the
+    GUARDED = True      # False: a writer raises what its code raises, unlogged (tests: the
                         # generated code must give every byte by itself)
 
     def __init__(self, compiler, omit, raw_objects: dict[str, Any]):
@@ -151,11 +177,11 @@ class JsonCodegen:
         self.omit = omit
         self.raw_objects = raw_objects            # object name -> its YAML (for `omit`-ability)
         # object name -> its generated writer, unguarded: called from another writer, whose
-        # fallback answers for both (filled by `writer(..., name=)`)
+        # guard answers for both (filled by `writer(..., name=)`)
         self.fast: dict[str, Writer] = {}
         self._ids = itertools.count()
         self.namespace = {"_d": orjson.dumps, "_D": SMALL_INTS, "_F": orjson.Fragment, "_commas": _commas, "_fast": self.fast,
-                          "_attr": pyexpr._attr, "_name": pyexpr._name, "OMIT": omit,
+                          "_attr": pyexpr._attr, "_item": pyexpr._item, "_name": pyexpr._name, "OMIT": omit,
                           **pyexpr.TEST_FUNCTIONS, **pyexpr.INLINE_GLOBALS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
         self._reads: list = []                    # ... and each dict entry being generated reads
@@ -179,7 +205,8 @@ class JsonCodegen:
 
     def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None,
                loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Writer:
-        """`node`'s JSON writer: generated code, with `fallback` when it raises; the writer
+        """`node`'s JSON writer: generated code, guarded by `failed` (with `fallback`, the
+        closure writer, to name the error) when it raises; the writer
         of the object `name`, when given, which other writers may call. `loop_fixed`: for an
         event inside a stream's loop, the variables of outer loops, which keep their values
         while that loop runs (llmsim.render.stepcodegen gives each run of a loop a new `_lm` memo).
@@ -211,14 +238,14 @@ class JsonCodegen:
         def write(ctx):
             try:
                 return fast(ctx)
-            except Exception:       # the closure writer answers, or names the template error
-                return fallback(ctx)
+            except Exception as exc:       # a template error, logged and raised (`failed`)
+                return failed(where, exc, fallback, ctx)
         write.fast = fast           # for generated code that catches the exception itself
         return write
 
     def value_function(self, node: Any, where: str, fallback: Callable[[dict], Any]) -> Callable[[dict], Any]:
-        """`node`'s value (a step's time or test, a loop's items) by generated code, with
-        `fallback` (the closure) when it raises."""
+        """`node`'s value (a step's time or test, a loop's items) by generated code, guarded
+        by `failed` (with `fallback`, the closure) when it raises."""
         outer, self._names = self._names, set()
         try:
             code, names = self.value_code(node, where), self._names
@@ -229,8 +256,8 @@ class JsonCodegen:
         def value(ctx):
             try:
                 return fast(ctx)
-            except Exception:
-                return fallback(ctx)
+            except Exception as exc:
+                return failed(where, exc, fallback, ctx)
         value.fast = fast
         return value
 
@@ -302,7 +329,8 @@ class JsonCodegen:
                     whole: str | None = None) -> list[str]:
         """The statements of `_define`'s function body, for generated code in this module's
         namespace (llmsim.render.stepcodegen) whose context is the local `ctx`, raising where that
-        function would fall back (a missing variable: KeyError); `given`: variables (and the
+        function would not (a missing variable: KeyError; the caller's `except` then calls
+        that function, which reads it as Undefined); `given`: variables (and the
         memos, by their context keys) already in locals (name -> local), read from there;
         `whole`: the code for the context where it is used whole (passed to an object's
         writer), if not `ctx` itself."""
@@ -374,8 +402,11 @@ class JsonCodegen:
 
     @staticmethod
     def _dotted(source: str) -> bool:
-        return all(part.isidentifier() for part in source.split(".")) and source not in (
-            "omit", "none", "None", "true", "false")
+        """A name, or names joined by dots, none of them after the first `get` (a dict's
+        method, by the lookup rule: pyexpr's code reads it)."""
+        head, *rest = source.split(".")
+        return head.isidentifier() and all(part.isidentifier() and part != "get" for part in rest) \
+            and source not in ("omit", "none", "None", "true", "false")
 
     # -- JSON bytes -------------------------------------------------------------------------
     def gen(self, node: Any, where: str) -> Gen:

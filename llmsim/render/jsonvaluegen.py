@@ -15,8 +15,8 @@ omitted is left out of its display (`**({...} if ... else {})`); a request field
 a literal default writes the default without calling `given`. What this does not generate
 (an object named by an expression, a jinja statement) is llmsim.render.jsoncodegen's JSON, embedded
 as a Fragment and, where this code holds variables in locals, written by a function called
-with a context holding them. The writer keeps jsoncodegen's net: on any exception the
-closure writer gives the bytes or the error.
+with a context holding them. The writer keeps jsoncodegen's guard: when the code raises, the
+closure writer names the template error (llmsim.jsoncodegen `failed`).
 """
 from __future__ import annotations
 

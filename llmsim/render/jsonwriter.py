@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.template_syntax import node_kind
 
@@ -41,7 +42,7 @@ class JsonCompiler:
         self.omit = omit
         self.const_type = const_type        # the compiler's node for a value without expressions
         self.objects: dict[str, Writer] = {}
-        self._kinds = {"string": lambda node, where: self._leaf(compiler.string(node, where)),
+        self._kinds = {"string": lambda node, where: self._leaf(compiler.string(node, where), where),
                        "list": self._list, "$object": self._object, "$for": self._for,
                        "$if": self._if, "dict": self._dict,
                        "const": lambda node, where: ConstJson(dumps(node))}
@@ -49,14 +50,19 @@ class JsonCompiler:
     def value(self, node: Any, where: str) -> Writer:
         return self._kinds[node_kind(node)](node, where)
 
-    def _leaf(self, get) -> Writer:
+    def _leaf(self, get, where: str) -> Writer:
         omit = self.omit
         if isinstance(get, self.const_type):
             return ConstJson(None if get.value is omit else dumps(get.value))
 
         def write(ctx):
             value = get(ctx)
-            return None if value is omit else dumps(value)
+            if value is omit:
+                return None
+            try:
+                return dumps(value)
+            except TypeError as exc:        # (a value JSON has no spelling for: a method...)
+                raise ConfigError(f"{where}: {exc}") from None
         return write
 
     def _dict(self, node: dict, where: str) -> Writer:

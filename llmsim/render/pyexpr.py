@@ -1,11 +1,22 @@
-"""Run simple jinja2 expressions as native Python closures.
+"""The template expression language: its lookup rule, and simple expressions run as Python.
 
-jinja2 builds a fresh context for every evaluation of a compiled expression (~10 us), which
-dominated rendering a response object. Most template expressions use only the part of jinja's
-syntax that Python shares (names, attributes, calls, literals, comparisons, `and`/`or`/`not`,
-`x if c else y`, `is none`). Those are translated once into a Python lambda with jinja's
-attribute semantics (attribute first, then item). Anything else (filters, `~`, other tests
-such as `is defined`) returns None and the caller keeps using jinja.
+One lookup rule holds for every expression, wherever it runs (jinja, the closures of
+`templates.Compiler`, generated code):
+
+* `a.b`: if `a` is a dict (a JSON object), its key `b`; `a.get` is the dict's `get` method
+  (read a key named "get" as `a['get']`); a dict's other methods are never reached. For
+  anything else, the attribute `b`.
+* `a[k]`: the item `k` (a dict's key, a list's index, a slice).
+* A key, attribute or item that is not there is jinja's strict Undefined: fine to pass to
+  `given(...)` or a test (`is defined`, `is none`, `is string`), an error to use in any
+  other way (write out, compare, compute with, look up in, iterate).
+
+`Environment` is jinja with that rule (`lookup_attr`, `lookup_item`). jinja2 builds a fresh
+context for every evaluation of a compiled expression (~10 us), so most expressions, those
+made of the part of jinja's syntax that Python shares (names, attributes, subscripts, calls,
+literals, comparisons, `and`/`or`/`not`, `x if c else y`, tests with a Python twin), are
+translated once into Python with the same rule. Anything else (filters, `~`, `**`, whose
+precedence differs, other tests) returns None and the caller keeps using jinja.
 """
 from __future__ import annotations
 
@@ -19,21 +30,45 @@ import jinja2
 
 _CONSTANTS = {"none": "None", "None": "None", "true": "True", "True": "True",
               "false": "False", "False": "False"}
-_UNSUPPORTED_OPS = {"|", "~"}
+_UNSUPPORTED_OPS = {"|", "~", "**"}     # (jinja reads -2 ** 2 as (-2) ** 2, and ** left to right)
 # jinja tests with a Python twin: `x is string` -> _test_string(x); `is not` negates.
 _TESTS = {"string": lambda value: isinstance(value, str),
           "defined": lambda value: not isinstance(value, jinja2.Undefined)}
 
 
-def _attr(obj: Any, name: str) -> Any:
-    """jinja's `obj.name`: the attribute if there is one, else the item."""
+def lookup_attr(obj: Any, name: str) -> Any:
+    """`obj.name` by the lookup rule: a dict's key (`get`: its method), else the attribute;
+    Undefined when missing. Looking anything up in Undefined is an error."""
+    if obj.__class__ is dict:
+        if name in obj and name != "get":
+            return obj[name]
+        return obj.get if name == "get" else jinja2.StrictUndefined(obj=obj, name=name)
     try:
         return getattr(obj, name)
     except AttributeError:
-        try:
-            return obj[name]
-        except (KeyError, TypeError, IndexError):
-            raise AttributeError(f"{type(obj).__name__} has no attribute or key {name!r}") from None
+        return jinja2.StrictUndefined(obj=obj, name=name)
+
+
+def lookup_item(obj: Any, key: Any) -> Any:
+    """`obj[key]` by the lookup rule: the item; Undefined when missing (or `obj` has no items)."""
+    try:
+        return obj[key]             # (Undefined's own `[]` raises UndefinedError)
+    except (LookupError, TypeError):
+        return jinja2.StrictUndefined(obj=obj, name=key)
+
+
+_attr, _item = lookup_attr, lookup_item       # (as generated code calls them)
+
+
+class Environment(jinja2.Environment):
+    """jinja with the lookup rule (jinja's own prefers an attribute: `req.items` would be the
+    dict's method)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        return lookup_attr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        return lookup_item(obj, argument)
 
 
 def _name(ctx: dict, name: str) -> Any:
@@ -71,7 +106,8 @@ def _translate(source: str) -> str | None:
 
 
 class _Rewrite(ast.NodeTransformer):
-    """Names -> _name(ctx, 'name') (globals stay globals); `a.b` -> _attr(a, 'b')."""
+    """Names -> _name(ctx, 'name') (globals stay globals); `a.b` -> _attr(a, 'b'); `a[k]` ->
+    _item(a, k)."""
 
     def __init__(self, global_names: set[str]):
         self.global_names = global_names
@@ -97,6 +133,17 @@ class _Rewrite(ast.NodeTransformer):
         return ast.copy_location(ast.Call(ast.Name("_attr", ast.Load()),
                                           [value, ast.Constant(node.attr)], []), node)
 
+    def visit_Subscript(self, node: ast.Subscript):
+        """`a[k]` -> _item(a, k); `a[i:j]` -> _item(a, slice(i, j, None))."""
+        key = node.slice
+        if isinstance(key, ast.Slice):
+            key = ast.Call(ast.Name("slice", ast.Load()), [
+                self.visit(part) if part is not None else ast.Constant(None)
+                for part in (key.lower, key.upper, key.step)], [])
+        else:
+            key = self.visit(key)
+        return ast.copy_location(ast.Call(ast.Name("_item", ast.Load()), [self.visit(node.value), key], []), node)
+
 
 _ALLOWED = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Call, ast.Constant, ast.Compare,
             ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.IfExp, ast.Dict, ast.List, ast.Tuple,
@@ -109,11 +156,9 @@ TEST_FUNCTIONS = {f"_test_{name}": test for name, test in _TESTS.items()}
 def python_source(source: str, global_names: set[str]) -> tuple[str, set[str]] | None:
     """Python source for the jinja expression, for generated code, and the variables it reads:
     each variable `x` is read from a local `_n_x` (which the caller binds to `_name(ctx, 'x')`),
-    and `a.get(...)` calls `a.get` directly. None when jinja must evaluate the expression.
-
-    Where `a.get` is no attribute (jinja would then look up the item "get"), the code raises:
-    generated code falls back to the exact path then.
-    """
+    `a.get(...)` calls `a.get` directly, and `v.b` of a variable `v` is written in place
+    (`_item_or_attribute`) where a missing `b` is an error anyway. None when jinja must
+    evaluate the expression."""
     body = _rewrite(source, global_names)
     if body is None:
         return None
@@ -122,12 +167,58 @@ def python_source(source: str, global_names: set[str]) -> tuple[str, set[str]] |
     return ast.unparse(body), names
 
 
+_LOOKUPS = ("_attr", "_item", "_name")
+
+
 class _Locals(ast.NodeTransformer):
+    """Variables read from locals, `a.get(k)` called straight, and `v.b` written in place,
+    except where a missing value may be passed without error (`tolerant`): the arguments of
+    a call (`given(...)`, `dict(...)`), the operand of a test (`is none`, `is defined`), an
+    element of a list, tuple or dict. There `_attr` gives the Undefined the rule gives; in
+    place, `v['b']` or `v.b` raises, where using the Undefined would raise too."""
+
     def __init__(self, names: set[str]):
         self.names = names
+        self.tolerant = 0
+
+    def _tolerant(self, node: ast.AST) -> ast.AST:
+        self.tolerant += 1
+        try:
+            return self.visit(node)
+        finally:
+            self.tolerant -= 1
+
+    def visit_Compare(self, node: ast.Compare):
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):     # `x is none`
+            node.left = self._tolerant(node.left)
+            node.comparators = [self.visit(c) for c in node.comparators]
+            return node
+        return self.generic_visit(node)
+
+    def visit_List(self, node):
+        return self._tolerant_fields(node)
+
+    def visit_Tuple(self, node):
+        return self._tolerant_fields(node)
+
+    def visit_Dict(self, node):
+        return self._tolerant_fields(node)
+
+    def _tolerant_fields(self, node: ast.AST) -> ast.AST:
+        self.tolerant += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.tolerant -= 1
 
     def visit_Call(self, node: ast.Call):
-        node = self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _LOOKUPS:
+            node = self.generic_visit(node)
+        else:
+            node.func = self.visit(func)
+            node.args = [self._tolerant(arg) for arg in node.args]
+            node.keywords = [self._tolerant(kw) for kw in node.keywords]
         func = node.func
         if isinstance(func, ast.Name) and func.id == "_name":          # _name(ctx, 'x') -> _n_x
             name = node.args[1].value
@@ -137,15 +228,15 @@ class _Locals(ast.NodeTransformer):
                 and func.args[1].value == "get":                      # _attr(a, 'get')(k) -> a.get(k)
             node.func = ast.Attribute(func.args[0], "get", ast.Load())
         elif isinstance(func, ast.Name) and func.id == "_attr" and isinstance(node.args[0], ast.Name) \
-                and node.args[1].value != "get":                    # (a call of it: just above)
+                and node.args[1].value != "get" and not self.tolerant:
             return ast.copy_location(_item_or_attribute(node.args[0].id, node.args[1].value), node)
         return node
 
 
 def _item_or_attribute(name: str, attr: str) -> ast.expr:
     """`_attr(x, 'a')` of a variable, in place: `(x['a'] if x.__class__ is dict else x.a)`,
-    as generated code reads a dotted name (a call less per use). Where jinja would find an
-    item of some other mapping, this raises, and generated code falls back to the exact path."""
+    as generated code reads a dotted name (a call less per use). The same value as `_attr`,
+    except that a missing one raises (KeyError, AttributeError) rather than being Undefined."""
     var = ast.Name(name, ast.Load())
     return ast.IfExp(ast.Compare(ast.Attribute(var, "__class__", ast.Load()), [ast.Is()],
                                  [ast.Name("dict", ast.Load())]),
@@ -174,14 +265,15 @@ def compile_expression(source: str, global_values: dict[str, Any]) -> Callable[[
     func = ast.Expression(ast.Lambda(ast.arguments([], [ast.arg("ctx")], None, [], [], None, []), body))
     ast.fix_missing_locations(func)
     code = compile(func, f"<expr {source!r}>", "eval")
-    return eval(code, {"_attr": _attr, "_name": _name, **TEST_FUNCTIONS, **global_values})  # noqa: S307 - our own compiled AST
+    return eval(code, {"_attr": _attr, "_item": _item, "_name": _name, **TEST_FUNCTIONS, **global_values})  # noqa: S307 - our own compiled AST
 
 
 _GIVEN_TEMPS = itertools.count()
 
 
 def inline_given(code: str) -> str:
-    """Generated code with each `given(value, default)` call written in place, as
+    """Generated code with each `given(value, default)` whose default cannot raise (a literal,
+    a name) written in place, as
     `(default if (_gN := value) is None or isinstance(_gN, _Undefined) else _gN)`: a Python
     call less each (~1k instructions). Not inside a comprehension's iterable, where `:=`
     may not stand. The namespace running the code binds `_Undefined` (INLINE_GLOBALS)."""
@@ -206,6 +298,18 @@ def renamed(code: str, old: str, new: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def _cannot_raise(node: ast.expr) -> bool:
+    """A literal, a name, or a list, tuple or dict of those (a default of `given`)."""
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_cannot_raise(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _cannot_raise(k) and isinstance(k, ast.Constant) for k in node.keys) \
+            and all(_cannot_raise(v) for v in node.values)
+    return False
+
+
 class _InlineGiven(ast.NodeTransformer):
     def visit_comprehension(self, node: ast.comprehension):
         node.target = self.visit(node.target)
@@ -215,8 +319,8 @@ class _InlineGiven(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call):
         node = self.generic_visit(node)
         if not (isinstance(node.func, ast.Name) and node.func.id == "given" and len(node.args) == 2
-                and not node.keywords):
-            return node
+                and not node.keywords and _cannot_raise(node.args[1])):
+            return node         # (`given` evaluates its default even when it does not give it)
         value, default = node.args
         temp = f"_g{next(_GIVEN_TEMPS)}"
         held = ast.NamedExpr(ast.Name(temp, ast.Store()), value)

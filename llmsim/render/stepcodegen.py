@@ -18,7 +18,7 @@ one generated function they are plain Python loops, e.g. (roughly)
 
 A loop's variables live in locals, and in one dict per loop, made when the loop starts. A
 loop whose steps test or loop stores each item's variables in that dict at once; in any
-other, the dict gets them only where something reads it whole (a fallback, an object named
+other, the dict gets them only where something reads it whole (a guarded function, an object named
 by value; `_fill`): a chat chunk's six stores per event are gone (~5% of a paced event's
 instructions). Every value an event needs (its JSON, its time) is computed before the event
 is yielded, so nothing keeps a context past its event. That dict also holds the loop's own
@@ -27,8 +27,9 @@ of what it reads of outer loops (llmsim.render.jsoncodegen: `loop_fixed`). The e
 writers called are the ones `templates.Compiler` checked and compiled (generated code backed
 by closures); an event's JSON is the writer's generated code written in place (no call; its
 variables read from the step's context, `seq` from the counter) and its time calls the
-generated code straight, each in a `try` whose `except` calls the guarded function (the
-same value, or the precise template error). A loop may unpack each item into several names
+generated code straight, each in a `try` whose `except` calls the guarded function: the
+same value where the code in place raised for a missing variable (which the function reads
+as Undefined), else the template error, logged with its path (llmsim.jsoncodegen `failed`). A loop may unpack each item into several names
 (`for: "piece, at in item.timed_pieces"`), so a token needs no object of its own. A time
 that is a plain `{{ dotted.name }}` (each token's `at`) is read in place, and an event's five
 slots are set in place too: two Python calls fewer for every event (~2% of a 32-token stream's
@@ -49,7 +50,7 @@ from llmsim.render.template_syntax import LOOP
 
 def _fill(ctx: dict, names: tuple[str, ...], values: tuple) -> dict:
     """A loop's context with its current item's variables stored in it, for what reads the
-    context whole in a loop that neither tests nor loops (a fallback, an object named by value)."""
+    context whole in a loop that neither tests nor loops (a guarded function, an object named by value)."""
     ctx.update(zip(names, values))
     return ctx
 
@@ -207,7 +208,7 @@ class StepCodegen:
             return None
         whole = self._whole(ctx)
         *statements, value = framed(sse.head(name), sse.END, ctx, held, whole)
-        if fast is writer:      # unguarded (tests): it raises where it would fall back
+        if fast is writer:      # unguarded (tests): it raises what the code raises
             return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
         fallback = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"
         return [f"{pad}try:", *(f"{pad}    {line}" for line in statements), f"{pad}    _f = {value}",
@@ -229,7 +230,7 @@ class StepCodegen:
     def _call(self, target: str, f: Callable, ctx: str, pad: str, lines: list[str],
               held: dict[str, str]) -> None:
         """`target = f(ctx)`: the generated code behind a guarded `f` called straight, and `f`
-        itself (its fallback: the value, or the precise template error) only if that raises."""
+        itself (the value, or the template error logged and raised) only if that raises."""
         fast = getattr(f, "fast", f)        # (f itself: unguarded, or no generated code)
         inline, whole = getattr(fast, "inline", None), self._whole(ctx)
         if inline is None:
@@ -241,7 +242,7 @@ class StepCodegen:
             return
         # the generated code written in place, its variables read from the step's context
         *statements, value = inline(ctx, held, whole)
-        if fast is f:       # unguarded (tests): it raises where it would fall back
+        if fast is f:       # unguarded (tests): it raises what the code raises
             lines += [f"{pad}{line}" for line in statements] + [f"{pad}{target} = {value}"]
             return
         lines += [f"{pad}try:", *(f"{pad}    {line}" for line in statements),

@@ -32,7 +32,7 @@ import jinja2
 import orjson
 
 from llmsim import datafiles
-from llmsim.errors import ConfigError
+from llmsim.errors import APIError, ConfigError
 from llmsim.render import pyexpr
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.jsoncodegen import JsonCodegen
@@ -95,12 +95,14 @@ class _Const:
 
 
 def _getter(path: str) -> Node:
+    """`a.b.c` by the lookup rule (llmsim.pyexpr); Undefined when a step is missing."""
     head, *rest = path.split(".")
+    attr = pyexpr.lookup_attr
 
     def get(ctx):
         value = ctx[head]
         for name in rest:
-            value = value[name] if isinstance(value, dict) else getattr(value, name)
+            value = attr(value, name)
         return value
     return get
 
@@ -110,7 +112,7 @@ class Compiler:
 
     def __init__(self, objects: dict[str, Node], raw_objects: dict[str, Any]):
         self.names = set(raw_objects)
-        self.env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        self.env = pyexpr.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
         self.env.globals["omit"] = OMIT
         self.env.globals["given"] = _given
         self.env.filters["tojson"] = _tojson
@@ -141,21 +143,35 @@ class Compiler:
 
             def checked(ctx):
                 try:
-                    return get(ctx)
-                except (KeyError, AttributeError) as exc:
+                    value = get(ctx)
+                except (KeyError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: '{source}' is undefined ({exc})") from None
+                except APIError:
+                    raise
+                except Exception as exc:        # (a property of the context's object failed)
+                    raise ConfigError(f"{where}: '{source}': {type(exc).__name__}: {exc}") from exc
+                if isinstance(value, jinja2.Undefined):
+                    raise ConfigError(f"{where}: '{source}' is undefined ({value._undefined_message})")
+                return value
             return checked
         native = pyexpr.compile_expression(source, self.env.globals)
         if native is not None:
             def run_native(ctx):
                 try:
-                    return native(ctx)
+                    value = native(ctx)
                 except (KeyError, AttributeError, jinja2.UndefinedError) as exc:
                     raise ConfigError(f"{where}: {source!r}: {exc}") from None
+                except APIError:
+                    raise
+                except Exception as exc:        # (1 + 'a', 1 // 0, ...)
+                    raise ConfigError(f"{where}: {source!r}: {type(exc).__name__}: {exc}") from exc
+                if isinstance(value, jinja2.Undefined):
+                    raise ConfigError(f"{where}: {source!r} is undefined ({value._undefined_message})")
+                return value
             return run_native
         try:
             compiled = self.env.compile_expression(source, undefined_to_none=False)
-        except jinja2.TemplateSyntaxError as exc:
+        except jinja2.TemplateError as exc:     # (bad syntax, or a constant part that fails)
             raise ConfigError(f"{where}: bad expression {source!r}: {exc.message}") from None
 
         def run(ctx):
@@ -163,6 +179,10 @@ class Compiler:
                 value = compiled(**ctx)
             except jinja2.UndefinedError as exc:
                 raise ConfigError(f"{where}: {exc.message}") from None
+            except APIError:
+                raise
+            except Exception as exc:
+                raise ConfigError(f"{where}: {source!r}: {type(exc).__name__}: {exc}") from exc
             if isinstance(value, jinja2.Undefined):
                 raise ConfigError(f"{where}: {source!r} is undefined")
             return value
@@ -180,7 +200,7 @@ class Compiler:
             return lambda ctx: f"{prefix}{get(ctx)}{suffix}"
         try:
             template = self.env.from_string(text)
-        except jinja2.TemplateSyntaxError as exc:
+        except jinja2.TemplateError as exc:
             raise ConfigError(f"{where}: bad template {text!r}: {exc.message}") from None
         return lambda ctx: template.render(ctx)
 
