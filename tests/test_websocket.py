@@ -232,6 +232,7 @@ async def test_malformed_frame_gets_an_error_event_and_the_connection_stays_usab
         await ws.send(create(input="works?"))
         after = await answer(ws)
     assert error["status"] == 400
+    assert "sequence_number" not in error                 # no response stream emitted it
     assert error["error"]["type"] == "invalid_request_error"
     assert (error["error"]["param"], error["error"]["code"]) == (param, code)
     assert error["error"]["message"]
