@@ -44,13 +44,11 @@ class JSONBytes(Response):
         self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
 
 
-async def due_batches(events: Iterable[Event], start: float, clock: Clock,
-                      keepalive: float | None = None, lateness=None) -> AsyncIterator[list[Event]]:
+async def due_batches(events: Iterable[Event], start: float, clock: Clock) -> AsyncIterator[list[Event]]:
     """Pacing in the calling task (background responses): lists of events,
     each sent when its first event is due (`start + event.at`); events already due travel
     together. See `due_lists`."""
-    async for batch in due_lists(((event.at, event) for event in events), start, clock,
-                                 keepalive, lateness):
+    async for batch in due_lists(((event.at, event) for event in events), start, clock):
         yield batch
 
 
@@ -120,10 +118,6 @@ class Paced:
         if self.on_end is not None and (ending := self.on_end()) is not None:
             await ending
 
-
-
-def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> "SSEResponse":
-    return SSEResponse(chunks, headers)
 
 
 class SSEResponse(Response):
