@@ -8,7 +8,6 @@
         │   ├── ContextLengthError     400 context_length_exceeded
         │   └── PreviousResponseNotFoundError  400 previous_response_not_found
         ├── AuthenticationError        401
-        ├── PermissionDeniedError      403
         ├── NotFoundError              404
         │   └── ModelNotFoundError     404 model_not_found, param "model"
         ├── MethodNotAllowedError      405
@@ -75,12 +74,6 @@ class AuthenticationError(APIError):
     status = 401
     type = "invalid_request_error"
     code = "invalid_api_key"
-
-
-class PermissionDeniedError(APIError):
-    status = 403
-    type = "invalid_request_error"
-    code = "permission_denied"
 
 
 class NotFoundError(APIError):

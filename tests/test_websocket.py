@@ -232,6 +232,7 @@ async def test_malformed_frame_gets_an_error_event_and_the_connection_stays_usab
         await ws.send(create(input="works?"))
         after = await answer(ws)
     assert error["status"] == 400
+    assert "sequence_number" not in error                 # no response stream emitted it
     assert error["error"]["type"] == "invalid_request_error"
     assert (error["error"]["param"], error["error"]["code"]) == (param, code)
     assert error["error"]["message"]
@@ -303,3 +304,59 @@ async def test_unknown_websocket_path_is_refused_with_404(server):
         await connect(server.url.replace("http://", "ws://") + "/v1/nope")
     assert refused.value.response.status_code == 404
     validate_error_body(json.loads(refused.value.response.body))
+
+
+SAME_TURNS = [
+    {"model": MODEL, "input": "Hello there", "instructions": "Be brief.", "metadata": {"k": "v"}},
+    {"model": "o4-mini", "input": "Think, then answer.", "reasoning": {"effort": "low", "summary": "auto"}},
+    {"model": MODEL, "input": "Weather in Paris?", "tool_choice": "required",
+     "tools": [{"type": "function", "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]},
+    {"model": MODEL, "input": "Go on at length.", "max_output_tokens": 16},
+]
+FAULT, CUT = "x-llmsim-fault", "stream_failed;after_tokens=3"
+
+
+def sse_payloads(stream: bytes) -> list[bytes]:
+    """The data of each event of an SSE body, exactly as sent (no `event:`/`data:` envelope)."""
+    payloads = []
+    for block in stream.split(b"\n\n")[:-1]:
+        if block.startswith(b":"):
+            continue                                        # a keep-alive comment
+        if block.startswith(b"event: "):
+            block = block.split(b"\n", 1)[1]
+        assert block.startswith(b"data: ") and b"\n" not in block
+        payloads.append(block[len(b"data: "):])
+    return payloads
+
+
+async def ws_payloads(ws, body: dict) -> list[bytes]:
+    await ws.send(json.dumps({"type": "response.create", **body}))
+    frames = []
+    while not frames or json.loads(frames[-1])["type"] not in TERMINAL:
+        frames.append((await asyncio.wait_for(ws.recv(), 10)).encode())
+    return frames
+
+
+async def test_websocket_frames_are_the_sse_events_data_byte_for_byte(live_server_factory):
+    """Two servers with the same seed: one answers each request as SSE, the other over a
+    WebSocket; every frame is the matching SSE event's data, ids and timestamps included."""
+    over_http, over_ws = (live_server_factory("--profile", "instant", "--seed", "4242") for _ in range(2))
+    async with httpx.AsyncClient(base_url=over_http.base, timeout=10) as http:
+        sse = [sse_payloads((await http.post("/responses", json={**body, "stream": True})).content)
+               for body in SAME_TURNS]
+        cut = await http.post("/responses", json={**SAME_TURNS[0], "stream": True}, headers={FAULT: CUT})
+        sse.append(sse_payloads(cut.content))
+    async with connect(ws_url(over_ws)) as ws:
+        frames = [await ws_payloads(ws, body) for body in SAME_TURNS]
+    async with connect(ws_url(over_ws), additional_headers={FAULT: CUT}) as ws:
+        frames.append(await ws_payloads(ws, SAME_TURNS[0]))
+    for turn in frames:
+        for frame in turn:
+            validate_response_event(json.loads(frame))
+    assert [json.loads(turn[-1])["type"] for turn in frames] == [
+        "response.completed", "response.completed", "response.completed", "response.incomplete",
+        "response.failed"]
+    assert any(b'"response.function_call_arguments.delta"' in frame for frame in frames[2])
+    assert any(b'"response.reasoning_summary_text.delta"' in frame for frame in frames[1])
+    assert frames == sse

@@ -9,8 +9,10 @@ everything else (HTTP, lifespan) on to connexion.
   schema as HTTP, with the same messages and `param` paths (relative to the body).
   WebSocket-only keys: `generate` (false: warm up, below); `stream` is implied and ignored;
   `background: true` and `stream_id` lanes are refused with an error event.
-* The answer is the `responses` template's stream, one JSON event per text frame, paced by
-  `transport.due_batches` exactly like SSE, timed from when the response starts.
+* The answer is the `responses` template's SSE stream, rendered as for HTTP (the same
+  compiled steps, the same fault cuts: `Injection.frames`), each event's data without its
+  `event:`/`data:` envelope in one text frame, paced like SSE (`transport.Paced`) and timed
+  from when the response starts (`transport.ws_send`).
 * One response at a time: frames are queued and served strictly in arrival order (their
   error events too), so the events of two responses never interleave.
 * The connection remembers its most recent finished response (id and the conversation so
@@ -242,9 +244,10 @@ class Connection:
             fault = await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
-        events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
+        frames = fault.frames(self.endpoint.responses, plan=plan, req=body)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
-            await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
+            await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
+                                                                    sim.stats.lateness))
         self.remember(plan, body, history)
 
     async def history(self, previous_id: str | None) -> list[inputs.Turn]:
@@ -270,7 +273,7 @@ class Connection:
     async def send_error(self, exc: APIError) -> None:
         if not getattr(exc, "injected", False):       # injected faults count when they are chosen
             self.sim.stats.error(exc.code or exc.type)
-        await self.websocket.send_text(orjson.dumps(self.endpoint.ws_errors.body(error=exc)).decode())
+        await self.websocket.send_text(self.endpoint.ws_errors.body_json(error=exc).decode())
 
 
 def _duration(seconds: float) -> str:

@@ -19,7 +19,6 @@ import orjson
 from llmsim.observe.stats import Exchange, output_tokens, token_times
 
 FLUSH_INTERVAL = 0.2
-FORMATS = ("off", "text", "json")
 
 
 def _ms(seconds: float | None) -> float | None:

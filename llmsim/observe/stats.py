@@ -31,7 +31,7 @@ MAX_MODELS = 50           # per-model slots; later names share the "other" slot
 OTHER_MODEL = "other"
 RING = 64                 # seconds of per-second history (rates and sparklines)
 SHARE_INTERVAL = 0.25     # seconds between snapshot files under --workers
-STREAM, PLAIN, WEBSOCKET = "stream", "plain", "websocket"
+WEBSOCKET = "websocket"
 
 
 def _bounds() -> tuple[float, ...]:

@@ -1,4 +1,5 @@
-"""Send rendered events: as one JSON body, as SSE (or WebSocket frames), paced by absolute deadlines.
+"""Send rendered events: as one JSON body, as SSE (or the SSE events' data as WebSocket
+messages), paced by absolute deadlines.
 
 Transports know nothing of an event's fields: they send what the template rendered (an SSE
 stream: its frames, `Template.frames`) and wait for each event's due time (`start + at`).
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from llmsim.clock import Clock
 from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.render.jsonbytes import decimal, dumps
+from llmsim.render.sse import payload
 from llmsim.render.templates import Event
 from llmsim.server.connection import chunk_writer, watch_disconnect
 
@@ -42,13 +44,11 @@ class JSONBytes(Response):
         self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
 
 
-async def due_batches(events: Iterable[Event], start: float, clock: Clock,
-                      keepalive: float | None = None, lateness=None) -> AsyncIterator[list[Event]]:
-    """Pacing in the calling task (WebSocket turns, background responses): lists of events,
+async def due_batches(events: Iterable[Event], start: float, clock: Clock) -> AsyncIterator[list[Event]]:
+    """Pacing in the calling task (background responses): lists of events,
     each sent when its first event is due (`start + event.at`); events already due travel
     together. See `due_lists`."""
-    async for batch in due_lists(((event.at, event) for event in events), start, clock,
-                                 keepalive, lateness):
+    async for batch in due_lists(((event.at, event) for event in events), start, clock):
         yield batch
 
 
@@ -118,10 +118,6 @@ class Paced:
         if self.on_end is not None and (ending := self.on_end()) is not None:
             await ending
 
-
-
-def sse_response(chunks: AsyncIterator[bytes], headers: dict | None = None) -> "SSEResponse":
-    return SSEResponse(chunks, headers)
 
 
 class SSEResponse(Response):
@@ -227,11 +223,9 @@ class SSEResponse(Response):
                 self._task.cancel()
 
 
-async def ws_send(websocket, events: Iterable[Event], start: float, clock: Clock,
-                  lateness=None) -> None:
-    """Each JSON event as one WebSocket text frame, at its deadline (the same pacing as SSE;
-    raw SSE-only lines such as `[DONE]` have no WebSocket form and are skipped)."""
-    async for batch in due_batches(events, start, clock, lateness=lateness):
-        for event in batch:
-            if not event.raw:
-                await websocket.send_text(event.json.decode())
+async def ws_send(websocket, paced: Paced) -> None:
+    """A paced SSE stream over a WebSocket: each event's data (`sse.payload`, its frame without
+    the `event:`/`data:` envelope) as one text message, at the same deadlines as over HTTP."""
+    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness):
+        for frame in batch:
+            await websocket.send_text(payload(frame).decode())

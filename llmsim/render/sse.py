@@ -1,6 +1,7 @@
 """The bytes of one server-sent event: `event: <name>` (when it has one), `data: <json>`, a
 blank line. Used by the transports and, at start-up, by llmsim.render.stepcodegen, whose SSE
-stream functions write each step's frame head as a constant."""
+stream functions write each step's frame head as a constant. A WebSocket message is a frame's
+data alone (`payload`)."""
 from __future__ import annotations
 
 from typing import Iterable, Iterator
@@ -29,3 +30,11 @@ def framed(events: Iterable) -> Iterator[tuple[float, bytes]]:
     """(due time, frame) of each event: what `transport.Paced` sends."""
     for event in events:
         yield event.at, frame(event)
+
+
+def payload(frame: bytes) -> bytes:
+    """A frame's data without its envelope (`event:` line, `data: `, blank line): what a
+    WebSocket sends as one message."""
+    if frame.startswith(b"event: "):
+        frame = frame[frame.index(b"\n") + 1:]
+    return frame[len(b"data: "):-len(END)]

@@ -291,7 +291,6 @@ def _given(value, default):
 
 
 def _tojson(value) -> str:
-    import orjson
     return orjson.dumps(value).decode()
 
 

@@ -153,7 +153,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     first_token = None
     visible = reasoning = 0
     for index in range(body.get("n") or 1):
-        choice, sched = _choice(index, body, ctx, turns, cap, effort, tool_req, last_role, stops)
+        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops)
         if first_token is None:
             first_token = sched.first_token
         elif first_token != sched.first_token:
@@ -173,7 +173,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
                     "default" if tier in (None, "auto") else tier)
 
 
-def _choice(index: int, body: dict, ctx: Context, turns: list, cap: int | None, effort: str | None,
+def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
             tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str]):
     """One choice and its schedule: text or calls first, then the reasoning that led to it.
     `tool_req` None: the request names no tools."""

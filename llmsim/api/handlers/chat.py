@@ -29,8 +29,8 @@ class ChatHandlers:
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.sse_response(transport.Paced(frames, start, sim.clock, keepalive,
-                                                          sim.stats.lateness))
+            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
+                                                         sim.stats.lateness))
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         return transport.json_response(self.template.body_json(plan=plan, req=body))

@@ -14,16 +14,13 @@ class FaultsHandlers:
         self.faults = sim.faults
         self.template = sim.templates["faults"]
 
-    async def _state(self):
-        return transport.json_response(self.template.body_json(injector=await self.faults.state()))
-
     async def get_state(self):
-        return await self._state()
+        return transport.json_response(self.template.body_json(injector=await self.faults.state()))
 
     async def update(self, body: dict):
         await self.faults.update(body.get("schedule"), bool(body.get("replace")), body.get("errors"))
-        return await self._state()
+        return await self.get_state()
 
     async def clear(self):
         await self.faults.clear()
-        return await self._state()
+        return await self.get_state()

@@ -28,7 +28,7 @@ class ResponseStoreHandlers:
             raise InvalidRequestError("This response cannot be streamed because it was created "
                                       "with neither stream=true nor background=true.", param="stream")
         after = -1 if starting_after is None else starting_after
-        return transport.sse_response(self.state.jobs.follow(response_id, after, live=record.background))
+        return transport.SSEResponse(self.state.jobs.follow(response_id, after, live=record.background))
 
     async def delete(self, response_id: str):
         if not await self.state.store.delete_response(response_id):

@@ -35,7 +35,7 @@ class ResponsesHandlers:
         if body.get("background"):
             events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
-            return transport.sse_response(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
+            return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
@@ -43,7 +43,7 @@ class ResponsesHandlers:
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
-            return transport.sse_response(chunks)
+            return transport.SSEResponse(chunks)
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
