@@ -242,7 +242,7 @@ class Connection:
             fault = await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
-        events = fault.stream(self.endpoint.responses.events(plan=plan, req=body), plan=plan, req=body)
+        events = fault.events(self.endpoint.responses, plan=plan, req=body)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, events, start, sim.clock, sim.stats.lateness)
         self.remember(plan, body, history)

@@ -76,6 +76,8 @@ class ResponseState:
         self.sim = sim
         self.store: Store = sim.store
         self.shapes = sim.templates["store"]
+        # the events that hold the response (by name), in a stream and in a fault's tail
+        self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots}
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
         self._put_replay = getattr(self.store, "put_replay", None)
         self.jobs = Jobs(sim, self)
@@ -224,7 +226,7 @@ class ResponseState:
             await self.conclude(body, prior, own, replay.response_json())
 
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
-        snapshot = latest_snapshot(frames.blob)
+        snapshot = latest_snapshot(frames.blob, self.snapshots)
         if snapshot is not None:
             await self.save(body, prior, own, snapshot, frames)
             await self.conclude(body, prior, own, snapshot)
@@ -279,7 +281,7 @@ class Recording:
 class Replay:
     """A stream rendered again, byte for byte, from the template and plan it was rendered
     from (rendering depends on nothing else), in place of its kept bytes. Its response is
-    the last lifecycle event's, as a kept stream's is (a template whose stream has none:
+    the last snapshot event's, as a kept stream's is (a template whose stream has none:
     its body)."""
     __slots__ = ("template", "plan", "req")
 
@@ -290,24 +292,40 @@ class Replay:
         return b"".join([frame for _, frame in self.template.frames(plan=self.plan, req=self.req)])
 
     def response_json(self) -> bytes:
-        snapshot = latest_snapshot(self.frames_blob())
-        return self.template.body_json(plan=self.plan, req=self.req) if snapshot is None else dumps(snapshot)
+        last = None
+        for event in self.template.marked(plan=self.plan, req=self.req):
+            if event.role.snapshot is not None:
+                last = event
+        if last is None:
+            return self.template.body_json(plan=self.plan, req=self.req)
+        return dumps(last.data[last.role.snapshot])
 
 
-def latest_snapshot(stream: bytes) -> dict | None:
-    """The response object of the last lifecycle event (`response.created`, `.completed`, ...)
-    in SSE bytes: the state a GET returns. Only that frame is parsed."""
-    end = len(stream)
-    while (at := stream.rfind(b'"response":{', 0, end)) >= 0:
-        before = stream.rfind(b"\n\n", 0, at)
-        start = before + 2 if before >= 0 else 0
-        stop = stream.find(b"\n\n", at)
-        _, _, data = stream[start:stop if stop >= 0 else len(stream)].partition(b"data: ")
-        end = start
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("response"), dict):
-            return event["response"]
-    return None
+def latest_snapshot(stream: bytes, snapshots: dict[str | None, str]) -> dict | None:
+    """The response object of the last snapshot event in SSE bytes: the state a GET returns.
+    `snapshots` maps each event name (None: unnamed) whose step declares `snapshot` to the
+    key of its data holding the response (`Template.snapshots`). Only the frames holding
+    such a key are parsed, from the end."""
+    found, found_at = None, -1
+    for key in set(snapshots.values()):
+        needle = b'"' + key.encode() + b'":{'
+        end = len(stream)
+        while (at := stream.rfind(needle, 0, end)) > found_at:
+            before = stream.rfind(b"\n\n", 0, at)
+            start = before + 2 if before >= 0 else 0
+            stop = stream.find(b"\n\n", at)
+            end = start
+            if start <= found_at:
+                break
+            head, _, data = stream[start:stop if stop >= 0 else len(stream)].partition(b"data: ")
+            name = head[len(b"event: "):].rstrip(b"\n").decode() if head.startswith(b"event: ") else None
+            if snapshots.get(name) != key:
+                continue
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get(key), dict):
+                found, found_at = event[key], start
+                break
+    return found
