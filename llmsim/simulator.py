@@ -6,10 +6,12 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmsim import datafiles
 from llmsim.clock import Clock
 from llmsim.errors import ConfigError
 from llmsim.faults.catalogue import FaultInjector
 from llmsim.faults.kinds import load_kinds
+from llmsim.ids import Ids
 from llmsim.observe.stats import Stats
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
@@ -33,6 +35,7 @@ class Simulator:
     rules: ReasoningRules
     templates: TemplateSet
     clock: Clock
+    ids: Ids
 
     @classmethod
     def load(cls, settings: Settings, clock: Clock | None = None) -> "Simulator":
@@ -50,7 +53,8 @@ class Simulator:
         tokens.encoding(tokens.DEFAULT)
         rules = ReasoningRules.load(data("reasoning.yaml"))
         templates = TemplateSet(settings.templates_dir)
-        return cls(settings, catalogue, profiles, rules, templates, clock or Clock())
+        formats = Ids(datafiles.load(data("ids.yaml"), "ids")["ids"])
+        return cls(settings, catalogue, profiles, rules, templates, clock or Clock(), formats)
 
     def __post_init__(self):
         self._counter = itertools.count()
@@ -92,4 +96,4 @@ class Simulator:
         """Everything planning needs for one request; raises ModelNotFoundError."""
         model = self.catalogue.get(model_id)
         rng, created = self.draw()
-        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created)
+        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created, self.ids)

@@ -6,6 +6,7 @@ import openai
 import pytest
 import yaml
 
+from conftest import REPO
 from llmsim.testing import Server
 
 MODELS = {"models": {"acme-1": {"owned_by": "acme", "context_window": 8000,
@@ -48,3 +49,18 @@ def test_a_bad_data_file_fails_start_up_naming_the_file_and_the_path(tmp_path):
 def test_a_missing_data_dir_fails_start_up(tmp_path):
     with pytest.raises(RuntimeError, match="not a directory"):
         Server(["--data", str(tmp_path / "nowhere")], timeout=30)
+
+
+def test_a_data_dir_ids_file_sets_the_id_formats(tmp_path):
+    ids = yaml.safe_load(open(REPO / "llmsim" / "data" / "ids.yaml"))
+    ids["ids"]["response"] = {"prefix": "acme-resp-", "hex": 8}
+    ids["ids"]["chat_completion"] = {"prefix": "acme-chat-", "hex": 4}
+    (tmp_path / "ids.yaml").write_text(yaml.safe_dump(ids))
+    with Server(["--data", str(tmp_path), "--profile", "instant"]) as server:
+        sdk = client(server)
+        response = sdk.responses.create(model="gpt-4o-mini", input="hello")
+        assert response.id.startswith("acme-resp-") and len(response.id) == len("acme-resp-") + 8
+        assert sdk.responses.retrieve(response.id).id == response.id
+        completion = sdk.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        assert completion.id.startswith("acme-chat-") and len(completion.id) == len("acme-chat-") + 4
+        assert response.output[0].id.startswith("msg_")        # the formats it did not change

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Sequence
 
 import orjson
 
-from llmsim import ids
+from llmsim.ids import Ids
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
 from llmsim.pacing import transport
 from llmsim.render import sse
@@ -29,17 +29,17 @@ from llmsim.state.background import Jobs
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 
-# Id prefixes of items the client sent without one.
-ITEM_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
-                 "reasoning": "rs_"}
+# Item types whose ids have a format of their own (llmsim/data/ids.yaml); others get `item`'s.
+ITEM_KINDS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
 CANCEL_ATTEMPTS = 20
 # A kept Replay holds its request, whose input the entry also keeps as JSON: only requests
 # this small (a few KB of text) are kept that way; larger ones are kept as bytes.
 REPLAY_MAX_INPUT_TOKENS = 2048
 
 
-def new_item_id(item: dict, rng) -> str:
-    return ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
+def new_item_id(ids: Ids, item: dict, rng) -> str:
+    kind = item.get("type", "message")
+    return ids.make(kind if kind in ITEM_KINDS else "item", rng)
 
 
 def response_not_found(response_id: str) -> NotFoundError:
@@ -76,6 +76,7 @@ class ResponseState:
         self.sim = sim
         self.store: Store = sim.store
         self.shapes = sim.templates["store"]
+        self.ids = sim.ids
         # the events that hold the response (by name), in a stream and in a fault's tail
         self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots}
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
@@ -137,12 +138,12 @@ class ResponseState:
         """The request's own input items as kept: as sent, each with an id."""
         raw = body.get("input")
         if isinstance(raw, str):        # a user message, as the list form would give it
-            return [{"role": "user", "content": raw, "id": ids.make(ITEM_PREFIXES["message"], rng)}]
-        return [item if item.get("id") else {**item, "id": new_item_id(item, rng)} for item in raw or ()]
+            return [{"role": "user", "content": raw, "id": self.ids.make("message", rng)}]
+        return [item if item.get("id") else {**item, "id": new_item_id(self.ids, item, rng)} for item in raw or ()]
 
     def item(self, item: dict, rng) -> dict:
         """An item as a conversation keeps it: in its API shape, with an id."""
-        return self.render("stored_item", item=item, item_id=item.get("id") or new_item_id(item, rng))
+        return self.render("stored_item", item=item, item_id=item.get("id") or new_item_id(self.ids, item, rng))
 
     def shaped(self, items: list[dict]) -> list[dict]:
         """Kept input items in their API shape (shaping a shaped item changes nothing)."""
