@@ -21,9 +21,7 @@ import orjson
 from llmsim.ids import Ids
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
 from llmsim.pacing import transport
-from llmsim.render import sse
 from llmsim.render.jsonbytes import dumps
-from llmsim.render.templates import Event
 from llmsim.sim import inputs
 from llmsim.state.background import Jobs
 from llmsim.state.prior import NO_PRIOR, Prior
@@ -78,7 +76,8 @@ class ResponseState:
         self.shapes = sim.templates["store"]
         self.ids = sim.ids
         # the events that hold the response (by name), in a stream and in a fault's tail
-        self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots}
+        self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots,
+                          **self.shapes.snapshots}
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
         self._put_replay = getattr(self.store, "put_replay", None)
         self.jobs = Jobs(sim, self)
@@ -251,8 +250,7 @@ class ResponseState:
             if not record.active:
                 raise InvalidRequestError(f"Cannot cancel a {record.status} response.", param="response_id")
             cancelled = self.render("cancelled_response", response=record.response)
-            event = self.render("cancelled_event", response=cancelled, seq=record.events)
-            frame = sse.frame(Event(event["type"], event, 0.0))
+            [(_, frame)] = self.shapes.frames(response=cancelled, first_seq=record.events)
             if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
                 self.jobs.interrupt(response_id)
                 return cancelled
