@@ -67,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--pin-workers", action=argparse.BooleanOptionalAction, default=None,
                        help="with as many --workers as usable CPUs: each worker on a CPU of its "
                        "own (default: on, where supported)")
+    serve.add_argument("--data", help="directory of data files (models.yaml, profiles.yaml, faults.yaml, "
+                       "reasoning.yaml, ids.yaml; each optional) overriding ours")
     return p
 
 

@@ -1,9 +1,24 @@
-"""Provider-style identifiers drawn from the request's random generator (so --seed fixes them)."""
+"""Provider-style identifiers drawn from the request's random generator (so --seed fixes them).
+Their formats are data (llmsim/data/ids.yaml, loaded by the simulator into an `Ids`)."""
 from __future__ import annotations
 
 import random
+from typing import Mapping
+
+DEFAULT_HEX = 48
 
 
-def make(prefix: str, rng: random.Random, hex_chars: int = 48) -> str:
+def make(prefix: str, rng: random.Random, hex_chars: int = DEFAULT_HEX) -> str:
     """`prefix` and `hex_chars` (even) random hex digits."""
     return prefix + rng.getrandbits(hex_chars * 4).to_bytes(hex_chars // 2, "big").hex()
+
+
+class Ids:
+    """Identifier formats by kind (`response`, `message`, ...): `ids.make("response", rng)`."""
+
+    def __init__(self, formats: Mapping[str, Mapping]):
+        self.formats = {kind: (f["prefix"], f.get("hex", DEFAULT_HEX)) for kind, f in formats.items()}
+
+    def make(self, kind: str, rng: random.Random) -> str:
+        prefix, hex_chars = self.formats[kind]
+        return make(prefix, rng, hex_chars)

@@ -58,10 +58,19 @@ class Settings:
     workers: int = 1                    # server processes sharing the port
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
+    data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
 
     @property
     def templates_dir(self) -> Path:
         return Path(self.templates) if self.templates else datafiles.TEMPLATES_DIR
+
+    def data_file(self, name: str) -> Path:
+        """The data file `name` (e.g. models.yaml): the --data directory's, when it has one, else ours."""
+        if self.data:
+            path = Path(self.data) / name
+            if path.is_file():
+                return path
+        return datafiles.DATA_DIR / name
 
     @property
     def spec_path(self) -> Path:
@@ -108,7 +117,7 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
             values[name] = raw
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile", "store",
-                                                                  "trace", "stats_dir", "log_format"):
+                                                                  "trace", "stats_dir", "log_format", "data"):
             values[name] = raw
         if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]

@@ -11,6 +11,7 @@ from llmsim.clock import Clock
 from llmsim.errors import ConfigError
 from llmsim.faults.catalogue import FaultInjector
 from llmsim.faults.kinds import load_kinds
+from llmsim.ids import Ids
 from llmsim.observe.stats import Stats
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
@@ -34,21 +35,26 @@ class Simulator:
     rules: ReasoningRules
     templates: TemplateSet
     clock: Clock
+    ids: Ids
 
     @classmethod
     def load(cls, settings: Settings, clock: Clock | None = None) -> "Simulator":
-        data: Path = datafiles.DATA_DIR
-        profiles = latency.load_profiles(data / "profiles.yaml")
+        if settings.data and not Path(settings.data).is_dir():
+            raise ConfigError(f"data: {settings.data}: not a directory (--data names a directory of "
+                              "models.yaml, profiles.yaml, faults.yaml, reasoning.yaml, ids.yaml)")
+        data = settings.data_file
+        profiles = latency.load_profiles(data("profiles.yaml"))
         if settings.profile is not None and settings.profile not in profiles:
             raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
                               f"(allowed: {', '.join(sorted(profiles))})")
-        catalogue = Catalogue.load(data / "models.yaml", set(profiles), settings.allow_any_model)
+        catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
         # The BPE ranks of most models, loaded now rather than in the first request's TTFT;
         # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used (~0.2 s, ~2 MB).
         tokens.encoding(tokens.DEFAULT)
-        rules = ReasoningRules.load(data / "reasoning.yaml")
+        rules = ReasoningRules.load(data("reasoning.yaml"))
         templates = TemplateSet(settings.templates_dir)
-        return cls(settings, catalogue, profiles, rules, templates, clock or Clock())
+        formats = Ids(datafiles.load(data("ids.yaml"), "ids")["ids"])
+        return cls(settings, catalogue, profiles, rules, templates, clock or Clock(), formats)
 
     def __post_init__(self):
         self._counter = itertools.count()
@@ -56,7 +62,7 @@ class Simulator:
         self._shared = random.Random()    # unseeded requests share one generator
         self._fixed_profiles: dict[str, latency.Profile] = {}   # with --ttft-ms / --tbt-ms
         self.stats = Stats(self.settings.metrics, self.settings.stats_dir)
-        self.faults = FaultInjector(load_kinds(), self.settings, self.clock, self.templates["faults"],
+        self.faults = FaultInjector(load_kinds(self.settings.data_file("faults.yaml")), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
         self.store = open_store(self.settings)    # stored responses and conversations
         if getattr(self.store, "shared_faults", None) is not None:
@@ -90,4 +96,4 @@ class Simulator:
         """Everything planning needs for one request; raises ModelNotFoundError."""
         model = self.catalogue.get(model_id)
         rng, created = self.draw()
-        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created)
+        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created, self.ids)

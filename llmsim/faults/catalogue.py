@@ -14,7 +14,7 @@ Per request, the first trigger that names a fault wins:
 
 A handler makes one call, ``fault = sim.faults.begin(api, body, headers)``: immediate
 errors are raised there, and the returned `llmsim.faults.injection.Injection` shapes the plan
-(`fault.shape(plan)`: content filter) and the stream (`fault.stream(events, **ctx)`: a
+(`fault.shape(plan)`: content filter) and the stream (`fault.frames(template, **ctx)`: a
 mid-stream error or drop after k tokens). With no fault, both hand their input back. When
 ``fault.waits``, the handler first calls ``fault = await fault.wait()``: a ``timeout``'s error,
 once the timeout has passed, or a decision that is the shared store's to make.

@@ -1,12 +1,13 @@
 """What an injected fault does to one request's plan and stream (chosen by `llmsim.faults.catalogue`).
 
 `Injection.shape(plan)` cuts the answer for a content filter (Responses: `incomplete` with
-reason content_filter; Chat: finish_reason content_filter). `Injection.stream(events, **ctx)`
-(and `Injection.frames`, the same as SSE frames) passes the template's events through until
-k tokens have gone out, then sends the fault's tail from templates/faults.yaml instead of the
-rest (`response.failed`, an `error` event, a WebSocket error frame, or Chat's
-`data: {"error": ...}` + `[DONE]`), or raises `ConnectionDrop`. `NO_FAULT` hands everything
-back unchanged.
+reason content_filter; Chat: finish_reason content_filter). `Injection.events(template, **ctx)`
+(and `Injection.frames`, the same as SSE frames) renders the template's stream and passes it
+through until k tokens have gone out, then sends the fault's tail from templates/faults.yaml
+instead of the rest (`response.failed`, an `error` event, a WebSocket error frame, or Chat's
+`data: {"error": ...}` + `[DONE]`), or raises `ConnectionDrop`. What is a token and what ends
+the answer is what the template's steps declare (`delta`, `terminal`: `Template.marked`),
+never an event's name. `NO_FAULT` hands everything back unchanged.
 """
 from __future__ import annotations
 
@@ -16,13 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol
 from llmsim.errors import ConnectionDrop
 from llmsim.faults.kinds import Fault
 from llmsim.render import sse
-from llmsim.render.templates import Event, Template
-
-# Which tail a mid-stream fault sends, by (api, effect); see templates/faults.yaml.
-TAILS = {("responses", "stream_failed"): "response.failed", ("responses", "stream_error"): "error",
-         ("responses", "error"): "error", ("websocket", "stream_failed"): "response.failed",
-         ("websocket", "stream_error"): "ws_error", ("websocket", "error"): "ws_error"}
-TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
+from llmsim.render.templates import Event, MarkedEvent, Template
 
 
 class Injector(Protocol):
@@ -74,60 +69,45 @@ class Injection:
         """The stream ends early (every fault but none and a content filter's)."""
         return self.fault is not None and self.fault.kind.effect != "content_filter"
 
-    def stream(self, events: Iterable[Event], **ctx) -> Iterable[Event]:
-        """The stream, ending after k tokens with the fault's tail (or a dropped connection)."""
+    def events(self, template: Template, **ctx) -> Iterable[Event]:
+        """`template`'s stream rendered with `ctx`, ending after k tokens with the fault's
+        tail (or a dropped connection)."""
         if not self.cuts_stream:
-            return events
-        return self._cut(iter(events), ctx)
+            return template.events(**ctx)
+        return self._cut(template.marked(**ctx), ctx)
+
+    def marked(self, template: Template, **ctx) -> Iterable[MarkedEvent]:
+        """`events`, each with the role its step declares (`Template.marked`)."""
+        if not self.cuts_stream:
+            return template.marked(**ctx)
+        return self._cut(template.marked(**ctx), ctx)
 
     def frames(self, template: Template, **ctx) -> Iterator[tuple[float, bytes]]:
-        """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `stream` cuts it."""
+        """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `events` cuts it."""
         if not self.cuts_stream:
             return template.frames(**ctx)
-        return sse.framed(self._cut(iter(template.events(**ctx)), ctx))
+        return sse.framed(self._cut(template.marked(**ctx), ctx))
 
-    def _cut(self, events: Iterator[Event], ctx: dict) -> Iterator[Event]:
+    def _cut(self, events: Iterator[MarkedEvent], ctx: dict) -> Iterator[MarkedEvent]:
         limit, tokens, seq = self.after_tokens, 0, 0
-        is_token = _chat_token if self.api == "chat" else _responses_token
         for event in events:
-            if is_token(event):
+            role = event.role
+            if role.delta:
                 if tokens >= limit:
                     break
                 tokens += 1
-            elif _terminal(event):
+            elif role.terminal:
                 break
             yield event
             seq += not event.raw
         effect = self.fault.kind.effect
         if effect == "stream_drop":
             raise ConnectionDrop()
-        tail = "chat" if self.api == "chat" else TAILS[(self.api, effect)]
         error = self.injector.error(self.fault, self.api, self.body)
-        yield from self.injector.tails.events(tail=tail, error=error, first_seq=seq, **ctx)
+        yield from self.injector.tails.marked(api=self.api, effect=effect, error=error, first_seq=seq, **ctx)
 
 
 NO_FAULT = Injection()
-
-
-def _responses_token(event: Event) -> bool:
-    return not event.raw and event.data.get("type", "").endswith(".delta")
-
-
-def _chat_token(event: Event) -> bool:
-    if event.raw:
-        return False
-    return any(choice.get("delta", {}).get(key) for choice in event.data.get("choices") or ()
-               for key in ("content", "tool_calls", "refusal", "reasoning_content"))
-
-
-def _terminal(event: Event) -> bool:
-    if event.raw:
-        return True           # [DONE]
-    data = event.data
-    if data.get("type") in TERMINAL_EVENTS:
-        return True
-    choices = data.get("choices")
-    return choices == [] or any(c.get("finish_reason") for c in choices or ())
 
 
 def _cut_response(plan, k: int, semantics: str) -> None:

@@ -17,7 +17,6 @@ import asyncio
 import random
 import time
 
-from llmsim import ids
 from llmsim.observe.requestlog import AccessLog, Trace
 from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 from llmsim.pacing.pacer import PACERS
@@ -66,6 +65,7 @@ class Observer:
             writers.append(AccessLog(settings.log_format))
         self.writers = self.stats.writers = tuple(writers)
         self._rng = random.Random()
+        self._ids = sim.ids
         self._endpoints: dict[str, str] = {}
         self.in_flight = 0
         self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
@@ -83,7 +83,7 @@ class Observer:
         given = headers.get(REQUEST_ID)
         if given:
             return given[:MAX_ID].decode("latin-1")
-        return ids.make("req_", self._rng, 32)
+        return self._ids.make("request", self._rng)
 
     # -- the server's life (lifespan) ------------------------------------------------------
     def serving(self) -> None:

@@ -174,41 +174,27 @@ def timeline(merged: dict, now: float) -> dict:
 
 
 def view(merged: dict, now: float | None = None) -> dict:
-    """The values of /llmsim/stats (laid out by templates/stats.yaml)."""
+    """The values of /llmsim/stats, which templates/stats.yaml lays out. Mappings keyed by
+    name (endpoints, models, counts by status or error) and percentiles come shaped."""
     now = time.time() if now is None else now
     models = merged["models"]
-    prompt = sum(m["prompt"] for m in models.values())
-    completion = sum(m["completion"] for m in models.values())
-    reasoning = sum(m["reasoning"] for m in models.values())
     endpoints = {name: {"requests": c[0], "streaming": c[1], "errors": c[2]}
                  for name, c in merged["endpoints"].items()}
     endpoints.setdefault("responses", {"requests": 0, "streaming": 0, "errors": 0})
     endpoints.setdefault("chat", {"requests": 0, "streaming": 0, "errors": 0})
     ordered = sorted(models.items(), key=lambda kv: (kv[0] == OTHER_MODEL, -kv[1]["requests"], kv[0]))
+    lateness = percentiles_ms(merged["lateness"], extra=True)
     return {
-        "enabled": merged["enabled"],
+        **{name: merged[name] for name in ("enabled", "workers", *COUNTERS, *TABLES)},
         "uptime_s": round(now - merged["started"], 3),
-        "workers": merged["workers"],
-        "requests": {"total": merged["requests"], "active": merged["active"],
-                     "streaming": merged["streaming"],
-                     "non_streaming": merged["requests"] - merged["streaming"],
-                     "active_streams": merged["active_streams"],
-                     "running": sum(m["running"] for m in models.values()),
-                     "by_status": merged["status"]},
+        "running": sum(m["running"] for m in models.values()),
+        "error_total": sum(merged["errors"].values()) + sum(merged["injected"].values()),
         "endpoints": endpoints,
-        "websocket": {"connections": merged["ws_connections"], "active": merged["ws_active"],
-                      "turns": merged["ws_turns"]},
-        "tokens": {"prompt": prompt, "completion": completion, "reasoning": reasoning,
-                   "total": prompt + completion + reasoning},
-        "errors": {"total": sum(merged["errors"].values()) + sum(merged["injected"].values()),
-                   "real": merged["errors"], "injected": merged["injected"]},
+        **{name: sum(m[name] for m in models.values()) for name in ("prompt", "completion", "reasoning")},
         "rates": rates(merged, now),
-        "latency_ms": {"ttft": percentiles_ms(combined(models, "ttft")),
-                       "total": percentiles_ms(combined(models, "e2e")),
-                       "inter_token": percentiles_ms(combined(models, "itl")),
-                       "http": percentiles_ms(merged["http"])},
-        "lateness_ms": {k: v for k, v in percentiles_ms(merged["lateness"], extra=True).items()
-                        if k != "mean"},
+        **{name: percentiles_ms(combined(models, name)) for name in MODEL_HISTOGRAMS},
+        "http": percentiles_ms(merged["http"]),
+        "lateness": {k: v for k, v in lateness.items() if k != "mean"},
         "models": {name: {"requests": m["requests"], "prompt_tokens": m["prompt"],
                           "completion_tokens": m["completion"], "reasoning_tokens": m["reasoning"],
                           "running": m["running"]} for name, m in ordered},

@@ -1,5 +1,7 @@
-"""A template's stream steps compiled to generator functions: one yields `Event`s, the other
-each event's SSE frame with its due time.
+"""A template's stream steps compiled to generator functions: one yields `Event`s, one each
+event's SSE frame with its due time, and one `MarkedEvent`s: each with the `Role` its step
+declares (`delta`, `terminal`, `snapshot`), for what reads a stream's meaning (fault cuts,
+background responses); the other two spend nothing on roles.
 
 Steps nest: a Responses stream loops over output items, picks the steps for the item's kind,
 and loops over the item's tokens to emit one delta each. Run as nested generators, every
@@ -60,6 +62,41 @@ def _controls(steps: list) -> bool:
     return any("if" in step or "for" in step for step in steps)
 
 
+class Role:
+    """What a stream step declares about its events: `delta` (it carries one output token: it
+    counts toward a fault's `after_tokens`), `terminal` (it ends the answer: a cut stream stops
+    before it) and `snapshot` (the key of its data that holds the response object, or None)."""
+    __slots__ = ("delta", "terminal", "snapshot")
+
+    def __init__(self, delta: bool = False, terminal: bool = False, snapshot: str | None = None):
+        self.delta, self.terminal, self.snapshot = delta, terminal, snapshot
+
+    def __repr__(self) -> str:
+        return f"Role(delta={self.delta}, terminal={self.terminal}, snapshot={self.snapshot!r})"
+
+
+NO_ROLE = Role()
+
+
+def role_of(step: dict) -> Role | None:
+    """The constant role a step declares, or None when `delta` or `terminal` is an expression."""
+    delta, terminal = step.get("delta", False), step.get("terminal", False)
+    if isinstance(delta, bool) and isinstance(terminal, bool):
+        return Role(delta, terminal, step.get("snapshot"))
+    return None
+
+
+class _Role:
+    """The code that works out a step's role (`_rl`), in the marked-events function only."""
+    __slots__ = ("code",)
+
+    def __init__(self, code: list[str]):
+        self.code = code
+
+    def lines(self, mode: str, event_class: type) -> list[str]:
+        return self.code if mode == MARKED else []
+
+
 class _Data:
     """A JSON step's data: `_json`, its bytes, in the events function; in the SSE function,
     when its writer's code is written in place, `_f`, the whole frame (head, JSON and end in
@@ -69,62 +106,72 @@ class _Data:
     def __init__(self, plain: list[str], framed: list[str] | None):
         self.plain, self.framed = plain, framed
 
-    def lines(self, sse_frames: bool, event_class: type) -> list[str]:
-        return self.framed if sse_frames and self.framed is not None else self.plain
+    def lines(self, mode: str, event_class: type) -> list[str]:
+        return self.framed if mode == FRAMES and self.framed is not None else self.plain
 
 
 class _Yield:
     """Where a step emits its event: an `Event` in the events function, and in the SSE
     function a (due time, frame) pair whose frame head is a constant (llmsim.render.sse); `framed`:
     the frame `_f` is made already (`_Data`)."""
-    __slots__ = ("pad", "name", "raw", "framed")
+    __slots__ = ("pad", "name", "raw", "framed", "role")
 
-    def __init__(self, pad: str, name: str | None, raw: str | None = None, framed: bool = False):
-        self.pad, self.name, self.raw, self.framed = pad, name, raw, framed
+    def __init__(self, pad: str, name: str | None, raw: str | None = None, framed: bool = False,
+                 role: str = "_rl"):
+        self.pad, self.name, self.raw, self.framed, self.role = pad, name, raw, framed, role
 
-    def lines(self, sse_frames: bool, event_class: type) -> list[str]:
+    def lines(self, mode: str, event_class: type) -> list[str]:
         pad, name = self.pad, self.name
         if self.raw is not None:
-            if sse_frames:
+            if mode == FRAMES:
                 return [f"{pad}yield _at, {sse.frame(event_class(name, self.raw, 0.0, True))!r}"]
+            if mode == MARKED:
+                return [f"{pad}_e = MarkedEvent({name!r}, {self.raw!r}, _at, True)",
+                        f"{pad}_e.role = {self.role}", f"{pad}yield _e"]
             return [f"{pad}yield Event({name!r}, {self.raw!r}, _at, True)"]
-        if sse_frames and self.framed:
+        if mode == FRAMES and self.framed:
             return [f"{pad}yield _at, _f"]
-        if sse_frames:      # (a writer that gave no bytes: the frame of its Event, e.g. `null`)
+        if mode == FRAMES:      # (a writer that gave no bytes: the frame of its Event, e.g. `null`)
             return [f"{pad}try:", f"{pad}    _f = {sse.head(name)!r} + _json + {sse.END!r}",
                     f"{pad}except TypeError:", f"{pad}    _f = _frame(Event({name!r}, None, _at, False, _json))",
                     f"{pad}yield _at, _f"]
         # Event(name, None, _at, False, _json) without a call to Event.__init__ (same slots)
-        return [f"{pad}_e = _new(Event)", f"{pad}_e.name = {name!r}", f"{pad}_e.at = _at",
-                f"{pad}_e.raw = False", f"{pad}_e._data = None", f"{pad}_e._json = _json", f"{pad}yield _e"]
+        made = "MarkedEvent" if mode == MARKED else "Event"
+        return [f"{pad}_e = _new({made})", f"{pad}_e.name = {name!r}", f"{pad}_e.at = _at",
+                f"{pad}_e.raw = False", f"{pad}_e._data = None", f"{pad}_e._json = _json",
+                *([f"{pad}_e.role = {self.role}"] if mode == MARKED else []), f"{pad}yield _e"]
+
+
+EVENTS, FRAMES, MARKED = "events", "frames", "marked"
 
 
 class StepCodegen:
-    def __init__(self, compiler, event_class: type):
+    def __init__(self, compiler, event_class: type, marked_class: type):
         self.compiler = compiler
         self.event_class = event_class
         # the JSON writers' namespace: their code is written into the stream functions
         self.namespace: dict[str, Any] = compiler.codegen.namespace
-        self.namespace.update(Event=event_class, _new=object.__new__, _frame=sse.frame, _fill=_fill)
+        self.namespace.update(Event=event_class, MarkedEvent=marked_class, _new=object.__new__,
+                              _frame=sse.frame, _fill=_fill)
         self._ids = itertools.count()
         self._fills: dict[str, str] = {}    # a loop's context -> the code filling in its item
 
-    def generator(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator],
-                                                          Callable[[dict, list], Iterator]]:
-        """`steps` as two generator functions of (ctx, clock), where clock is [due time, next
-        seq]: one yields each step's `Event`, the other its SSE frame as (due time, bytes)."""
+    def generator(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator], ...]:
+        """`steps` as three generator functions of (ctx, clock), where clock is [due time, next
+        seq]: one yields each step's `Event`, one its SSE frame as (due time, bytes), and one
+        its `MarkedEvent` (with the step's `Role`)."""
         lines: list = ["    _m = ctx['__memo']"]     # one render's memo (llmsim.render.jsoncodegen)
         self._block(steps, where, "ctx", 1, lines, (), {"__memo": "_m"})
         made = []
-        for sse_frames in (False, True):
+        for mode in (EVENTS, FRAMES, MARKED):
             name = f"_stream{next(self._ids)}"
             body = [part for line in lines for part in (
-                line.lines(sse_frames, self.event_class) if isinstance(line, (_Data, _Yield)) else (line,))]
+                line.lines(mode, self.event_class) if isinstance(line, (_Data, _Yield, _Role)) else (line,))]
             source = "\n".join([f"def {name}(ctx, clock):", "    _at, _seq = clock", *body,
                                 "    return", "    yield", ""])
             exec(compile(source, f"<stream {where}>", "exec"), self.namespace)  # noqa: S102 - our own code
             made.append(self.namespace[name])
-        return made[0], made[1]
+        return tuple(made)
 
     def _whole(self, ctx: str) -> str:
         """Code for the context `ctx` where it is used whole: a loop's, with its item's
@@ -184,8 +231,9 @@ class StepCodegen:
         if "at" in step:
             self._time(step["at"], f"{where}.at", ctx, pad, lines, held)
         name = step.get("event")
+        role = self._role(step, where, ctx, pad, lines)
         if "raw" in step:
-            lines.append(_Yield(pad, name, step["raw"]))
+            lines.append(_Yield(pad, name, step["raw"], role=role))
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
         lines.append(f"{pad}{ctx}['seq'] = _seq")
@@ -195,7 +243,23 @@ class StepCodegen:
         given, plain = {**held, "seq": "_seq"}, []
         self._call("_json", writer, ctx, pad, plain, given)
         framed = self._framed(writer, name, ctx, pad, given)
-        lines += [_Data(plain, framed), f"{pad}_seq += 1", _Yield(pad, name, framed=framed is not None)]
+        lines += [_Data(plain, framed), f"{pad}_seq += 1", _Yield(pad, name, framed=framed is not None, role=role)]
+
+    def _role(self, step: dict, where: str, ctx: str, pad: str, lines: list) -> str:
+        """Code for the step's `Role`: a constant, or (`delta` or `terminal` an expression) the
+        code of `_rl`, one of the four roles its two tests pick, written into `lines`."""
+        constant = role_of(step)
+        if constant is not None:
+            return self._ref(constant)
+        tests = []
+        for key in ("delta", "terminal"):
+            value = step.get(key, False)
+            tests.append(repr(value) if isinstance(value, bool)
+                         else f"{self._ref(self.compiler.fast(value, f'{where}.{key}'))}({self._whole(ctx)})")
+        roles = tuple(Role(delta, terminal, step.get("snapshot")) for delta in (False, True)
+                      for terminal in (False, True))
+        lines.append(_Role([f"{pad}_rl = {self._ref(roles)}[2 * bool({tests[0]}) + bool({tests[1]})]"]))
+        return "_rl"
 
     def _framed(self, writer: Callable, name: str | None, ctx: str, pad: str,
                 held: dict[str, str]) -> list[str] | None:

@@ -16,6 +16,10 @@ Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event l
 ``at`` is the due time in seconds after the request began; without it a step is due with
 the one before), ``{raw: TEXT}`` (a non-JSON data line such as ``[DONE]``),
 ``{for: "x in EXPR", steps: [...]}`` and ``{if: EXPR, steps: [...], else: [...]}``.
+An event step also says what its events mean, for what reads a stream rather than sends
+it (`Template.marked`: fault cuts, stored and background responses): ``delta`` (true or
+an expression: the event carries one output token), ``terminal`` (the event ends the
+answer) and ``snapshot: KEY`` (its data holds the response object under KEY).
 
 Every compiled value is a plain closure ``f(ctx) -> value`` (simple dotted names skip jinja
 entirely), backing generated code that writes its JSON bytes (`jsoncodegen`); a stream's steps
@@ -37,7 +41,7 @@ from llmsim.render import pyexpr
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.jsoncodegen import JsonCodegen
 from llmsim.render.jsonwriter import JsonCompiler
-from llmsim.render.stepcodegen import StepCodegen
+from llmsim.render.stepcodegen import NO_ROLE, Role, StepCodegen
 from llmsim.render.template_syntax import LOOP, ONE_NAME, bound_names, loop_names, node_kind
 
 Node = Callable[[dict], Any]
@@ -84,6 +88,16 @@ class Event:
         return f"Event({self.name!r}, at={self.at!r}, {self.data!r})"
 
 
+class MarkedEvent(Event):
+    """An `Event` with the `Role` its step declares (`Template.marked`)."""
+    __slots__ = ("role",)
+
+    def __init__(self, name: str | None, data: Any = None, at: float = 0.0, raw: bool = False,
+                 json: bytes | None = None, role: Role = NO_ROLE):
+        super().__init__(name, data, at, raw, json)
+        self.role = role
+
+
 class _Const:
     __slots__ = ("value",)
 
@@ -122,7 +136,7 @@ class Compiler:
                        "const": lambda node, where: _Const(node)}
         self.json = JsonCompiler(self, OMIT, _Const)    # the same values, written as JSON bytes
         self.codegen = JsonCodegen(self, OMIT, raw_objects)   # ... by generated code, fast
-        self.stepgen = StepCodegen(self, Event)
+        self.stepgen = StepCodegen(self, Event, MarkedEvent)
 
     def fast(self, node: Any, where: str) -> Node:
         """`node`'s value by generated code, backed by the closure."""
@@ -278,10 +292,9 @@ class Compiler:
         other = self.value(node.get("$else", OMIT), f"{where}.$else")
         return lambda ctx: then(ctx) if test(ctx) else other(ctx)
 
-    def steps(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator[Event]],
-                                                     Callable[[dict, list], Iterator[tuple[float, bytes]]]]:
-        """A stream's steps as generated generator functions: of its events, and of their SSE
-        frames (llmsim.render.stepcodegen)."""
+    def steps(self, steps: list, where: str) -> tuple[Callable[[dict, list], Iterator], ...]:
+        """A stream's steps as generated generator functions: of its events, of their SSE
+        frames and of its marked events (llmsim.render.stepcodegen)."""
         return self.stepgen.generator(steps, where)
 
 
@@ -294,14 +307,40 @@ def _tojson(value) -> str:
     return orjson.dumps(value).decode()
 
 
-class Template:
-    """One compiled template file."""
+def snapshot_events(steps: list, where: str, found: dict[str | None, str] | None = None) -> dict[str | None, str]:
+    """Event name (None: unnamed) -> the data key holding the response, of every step that
+    declares `snapshot`; a step whose data is a mapping must have that key."""
+    found = {} if found is None else found
+    for i, step in enumerate(steps):
+        at = f"{where}[{i}]"
+        for key in ("steps", "else"):
+            snapshot_events(step.get(key) or [], f"{at}.{key}", found)
+        key = step.get("snapshot")
+        if key is None:
+            continue
+        data = step.get("data")
+        if isinstance(data, dict) and "$object" not in data and key not in data:
+            raise ConfigError(f"{at}.snapshot: {key!r} is not a key of this step's data "
+                              f"(its keys: {', '.join(map(str, data))})")
+        name = step.get("event")
+        if found.get(name, key) != key:
+            raise ConfigError(f"{at}.snapshot: event {name!r} holds its snapshot under {found[name]!r} "
+                              f"in another step; one event name, one snapshot key")
+        found[name] = key
+    return found
 
-    def __init__(self, name: str, body: Node | None, body_json, stream):
+
+class Template:
+    """One compiled template file. `snapshots`: event name (None: unnamed) -> the key of its
+    data that holds the response object, for the events whose steps declare `snapshot`."""
+
+    def __init__(self, name: str, body: Node | None, body_json, stream,
+                 snapshots: dict[str | None, str] | None = None):
         self.name = name
         self._body = body
         self._body_json = body_json
-        self._stream, self._frames = stream or (None, None)
+        self._stream, self._frames, self._marked = stream or (None, None, None)
+        self.snapshots = snapshots or {}
 
     def body(self, **ctx) -> Any:
         if self._body is None:
@@ -323,6 +362,11 @@ class Template:
         """The same stream as SSE: (due time, frame) per event, the frames those of
         `llmsim.render.sse.framed(self.events(**ctx))`, made without an `Event` each."""
         return self._render(self._frames, ctx)
+
+    def marked(self, **ctx) -> Iterator[MarkedEvent]:
+        """The same events, each with the `Role` its step declares (what is a delta, what is
+        terminal, what holds the response)."""
+        return self._render(self._marked, ctx)
 
     def _render(self, stream, ctx: dict) -> Iterator:
         if stream is None:
@@ -364,13 +408,14 @@ class TemplateSet:
             compiler.json_writer(value, f"{path}: objects.{obj}", name=obj)
         self.templates: dict[str, Template] = {}
         for name, (path, doc) in raw.items():
-            body = body_json = stream = None
+            body = body_json = stream = snapshots = None
             if "body" in doc:
                 body = compiler.value(doc["body"], f"{path}: body")
                 body_json = compiler.json_writer(doc["body"], f"{path}: body", once=True)
             if "stream" in doc:
                 stream = compiler.steps(doc["stream"], f"{path}: stream")
-            self.templates[name] = Template(name, body, body_json, stream)
+                snapshots = snapshot_events(doc["stream"], f"{path}: stream")
+            self.templates[name] = Template(name, body, body_json, stream, snapshots)
 
     def __getitem__(self, name: str) -> Template:
         try:

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from llmsim import ids
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import inputs, latency, textgen, tokens, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, visible_text
 
-SYSTEM_FINGERPRINT = "fp_llmsim"
 # Content part types each role may send; every part carries its payload under its type's name.
 PART_TYPES = {
     "system": ("text",), "developer": ("text",), "tool": ("text",), "function": ("text",),
@@ -70,7 +68,6 @@ class ChatPlan:
     effort: str | None
     include_usage: bool
     service_tier: str
-    system_fingerprint: str = SYSTEM_FINGERPRINT
     _chunks: list[Chunk] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -168,7 +165,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage_semantics)
     tier = body.get("service_tier")
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
-    return ChatPlan(ids.make("chatcmpl-", ctx.rng, 32), ctx.created_at, body["model"], body, choices,
+    return ChatPlan(ctx.ids.make("chat_completion", ctx.rng), ctx.created_at, body["model"], body, choices,
                     usage, first_at, end_at, effort, include_usage,
                     "default" if tier in (None, "auto") else tier)
 
@@ -180,7 +177,7 @@ def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str 
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
     names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req else None
     if names:
-        calls = toolcalls.make_calls(names, tool_req, rng, enc)
+        calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
         text = visible_text(ctx, turns, None)

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from llmsim import ids
+from llmsim.ids import Ids
 from llmsim.errors import ContextLengthError, InvalidRequestError
 from llmsim.sim import inputs, latency, textgen, toolcalls
 from llmsim.sim.models import Model
@@ -124,6 +124,7 @@ class Context:
     rules: Any             # reasoning.ReasoningRules
     rng: random.Random
     created_at: int
+    ids: Ids               # identifier formats (llmsim/data/ids.yaml)
 
 
 def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None) -> textgen.Text:
@@ -171,21 +172,21 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     tool_req = toolcalls.responses_request(body) if tools else None
     if not generate:
         usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
-        return Plan(ids.make("resp_", rng), ctx.created_at, body["model"], body, [], usage,
+        return Plan(ctx.ids.make("response", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
     names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
                              turns[-1].role if turns else None) if tools else None
     if names:
-        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding),
+        return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
     text = visible_text(ctx, turns, cap)
     reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
-    response_id = ids.make("resp_", rng)
+    response_id = ctx.ids.make("response", rng)
     output: list[Any] = []
     if reasoning_tokens:
         output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
-    message = MessageItem(ids.make("msg_", rng), text.text, text.pieces, sched.token_times,
+    message = MessageItem(ctx.ids.make("message", rng), text.text, text.pieces, sched.token_times,
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
     output.append(message)
     usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage_semantics)
@@ -204,7 +205,7 @@ def _plan_calls(body: dict, ctx: Context, calls: list[toolcalls.FunctionCall], i
     reasoning_tokens = ctx.rules.tokens(effort, visible)
     sched = latency.schedule(ctx.profile, ctx.rng, reasoning_tokens, toolcalls.units(calls))
     toolcalls.place(calls, sched.token_times, sched.reasoning_end)
-    response_id = ids.make("resp_", ctx.rng)
+    response_id = ctx.ids.make("response", ctx.rng)
     output: list[Any] = []
     if reasoning_tokens:
         summary_kind = (body.get("reasoning") or {}).get("summary")
@@ -230,5 +231,5 @@ def _reasoning_item(body: dict, ctx: Context, n_tokens: int, summary_kind: str |
     encrypted = None
     if "reasoning.encrypted_content" in (body.get("include") or ()):
         encrypted = "gAAAAA" + base64.urlsafe_b64encode(rng.randbytes(96)).decode()
-    return ReasoningItem(ids.make("rs_", rng), n_tokens, summary, encrypted,
+    return ReasoningItem(ctx.ids.make("reasoning", rng), n_tokens, summary, encrypted,
                          sched.first_token, sched.reasoning_end)

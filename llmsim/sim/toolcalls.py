@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from llmsim import ids
+from llmsim.ids import Ids
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import jsonvalues, textgen, tokens
 
@@ -150,7 +150,7 @@ def choose(req: ToolRequest, rng: random.Random, probability: float, last_role: 
     return rng.sample(list(req.allowed), count)
 
 
-def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding: str) -> list[FunctionCall]:
+def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding: str, ids: Ids) -> list[FunctionCall]:
     """One call per name, its arguments generated from the function's parameters schema."""
     calls = []
     for name in names:
@@ -159,7 +159,7 @@ def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding:
             schema = {"type": "object", **schema}
         value = jsonvalues.value(schema, rng)
         arguments = _dumps(value if isinstance(value, dict) else {})
-        calls.append(FunctionCall(ids.make("fc_", rng), ids.make("call_", rng, 24), name, arguments,
+        calls.append(FunctionCall(ids.make("function_call", rng), ids.make("call", rng), name, arguments,
                                   textgen.split(arguments, encoding),
                                   tokens.count(name, encoding) + tokens.count(arguments, encoding)))
     return calls

@@ -17,7 +17,7 @@ from typing import AsyncIterator, Iterator, Protocol, Sequence
 
 from llmsim.pacing import transport
 from llmsim.render import sse
-from llmsim.render.templates import Event
+from llmsim.render.templates import MarkedEvent
 from llmsim.state.prior import Prior
 from llmsim.state.store import ACTIVE, Store
 
@@ -62,10 +62,12 @@ class Job:
                 await changed.wait()
 
 
-def latest_response(batch: list[Event]) -> dict | None:
+def latest_response(batch: list[MarkedEvent]) -> dict | None:
+    """The response object of the batch's last event whose step declares a `snapshot`."""
     for event in reversed(batch):
-        if isinstance(event.data, dict) and isinstance(event.data.get("response"), dict):
-            return event.data["response"]
+        key = event.role.snapshot
+        if key is not None:
+            return event.data[key]
     return None
 
 
@@ -87,10 +89,10 @@ class Jobs:
         self.state = state
         self.running: dict[str, Job] = {}
 
-    async def start(self, body: dict, prior: Prior, own: list[dict], events: Iterator[Event],
+    async def start(self, body: dict, prior: Prior, own: list[dict], events: Iterator[MarkedEvent],
                     start: float) -> tuple[Job, dict]:
         """Store the queued response and run the rest of `events` in a task."""
-        first = next(events)   # response.created, status queued
+        first = next(events)   # (responses.yaml: response.created, status queued)
         snapshot = latest_response([first])
         frame = sse.frame(first)
         await self.state.save(body, prior, own, snapshot, [frame])
@@ -100,7 +102,7 @@ class Jobs:
         return job, snapshot
 
     async def _run(self, job: Job, body: dict, prior: Prior, own: list[dict],
-                   events: Iterator[Event], start: float) -> None:
+                   events: Iterator[MarkedEvent], start: float) -> None:
         store = self.state.store
         try:
             async for batch in transport.due_batches(events, start, self.sim.clock):

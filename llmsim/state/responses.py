@@ -18,28 +18,26 @@ from typing import Any, Awaitable, Sequence
 
 import orjson
 
-from llmsim import ids
+from llmsim.ids import Ids
 from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
 from llmsim.pacing import transport
-from llmsim.render import sse
 from llmsim.render.jsonbytes import dumps
-from llmsim.render.templates import Event
 from llmsim.sim import inputs
 from llmsim.state.background import Jobs
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 
-# Id prefixes of items the client sent without one.
-ITEM_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
-                 "reasoning": "rs_"}
+# Item types whose ids have a format of their own (llmsim/data/ids.yaml); others get `item`'s.
+ITEM_KINDS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
 CANCEL_ATTEMPTS = 20
 # A kept Replay holds its request, whose input the entry also keeps as JSON: only requests
 # this small (a few KB of text) are kept that way; larger ones are kept as bytes.
 REPLAY_MAX_INPUT_TOKENS = 2048
 
 
-def new_item_id(item: dict, rng) -> str:
-    return ids.make(ITEM_PREFIXES.get(item.get("type", "message"), "item_"), rng)
+def new_item_id(ids: Ids, item: dict, rng) -> str:
+    kind = item.get("type", "message")
+    return ids.make(kind if kind in ITEM_KINDS else "item", rng)
 
 
 def response_not_found(response_id: str) -> NotFoundError:
@@ -76,6 +74,10 @@ class ResponseState:
         self.sim = sim
         self.store: Store = sim.store
         self.shapes = sim.templates["store"]
+        self.ids = sim.ids
+        # the events that hold the response (by name), in a stream and in a fault's tail
+        self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots,
+                          **self.shapes.snapshots}
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
         self._put_replay = getattr(self.store, "put_replay", None)
         self.jobs = Jobs(sim, self)
@@ -135,12 +137,12 @@ class ResponseState:
         """The request's own input items as kept: as sent, each with an id."""
         raw = body.get("input")
         if isinstance(raw, str):        # a user message, as the list form would give it
-            return [{"role": "user", "content": raw, "id": ids.make(ITEM_PREFIXES["message"], rng)}]
-        return [item if item.get("id") else {**item, "id": new_item_id(item, rng)} for item in raw or ()]
+            return [{"role": "user", "content": raw, "id": self.ids.make("message", rng)}]
+        return [item if item.get("id") else {**item, "id": new_item_id(self.ids, item, rng)} for item in raw or ()]
 
     def item(self, item: dict, rng) -> dict:
         """An item as a conversation keeps it: in its API shape, with an id."""
-        return self.render("stored_item", item=item, item_id=item.get("id") or new_item_id(item, rng))
+        return self.render("stored_item", item=item, item_id=item.get("id") or new_item_id(self.ids, item, rng))
 
     def shaped(self, items: list[dict]) -> list[dict]:
         """Kept input items in their API shape (shaping a shaped item changes nothing)."""
@@ -224,7 +226,7 @@ class ResponseState:
             await self.conclude(body, prior, own, replay.response_json())
 
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
-        snapshot = latest_snapshot(frames.blob)
+        snapshot = latest_snapshot(frames.blob, self.snapshots)
         if snapshot is not None:
             await self.save(body, prior, own, snapshot, frames)
             await self.conclude(body, prior, own, snapshot)
@@ -248,8 +250,7 @@ class ResponseState:
             if not record.active:
                 raise InvalidRequestError(f"Cannot cancel a {record.status} response.", param="response_id")
             cancelled = self.render("cancelled_response", response=record.response)
-            event = self.render("cancelled_event", response=cancelled, seq=record.events)
-            frame = sse.frame(Event(event["type"], event, 0.0))
+            [(_, frame)] = self.shapes.frames(response=cancelled, first_seq=record.events)
             if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
                 self.jobs.interrupt(response_id)
                 return cancelled
@@ -279,7 +280,7 @@ class Recording:
 class Replay:
     """A stream rendered again, byte for byte, from the template and plan it was rendered
     from (rendering depends on nothing else), in place of its kept bytes. Its response is
-    the last lifecycle event's, as a kept stream's is (a template whose stream has none:
+    the last snapshot event's, as a kept stream's is (a template whose stream has none:
     its body)."""
     __slots__ = ("template", "plan", "req")
 
@@ -290,24 +291,40 @@ class Replay:
         return b"".join([frame for _, frame in self.template.frames(plan=self.plan, req=self.req)])
 
     def response_json(self) -> bytes:
-        snapshot = latest_snapshot(self.frames_blob())
-        return self.template.body_json(plan=self.plan, req=self.req) if snapshot is None else dumps(snapshot)
+        last = None
+        for event in self.template.marked(plan=self.plan, req=self.req):
+            if event.role.snapshot is not None:
+                last = event
+        if last is None:
+            return self.template.body_json(plan=self.plan, req=self.req)
+        return dumps(last.data[last.role.snapshot])
 
 
-def latest_snapshot(stream: bytes) -> dict | None:
-    """The response object of the last lifecycle event (`response.created`, `.completed`, ...)
-    in SSE bytes: the state a GET returns. Only that frame is parsed."""
-    end = len(stream)
-    while (at := stream.rfind(b'"response":{', 0, end)) >= 0:
-        before = stream.rfind(b"\n\n", 0, at)
-        start = before + 2 if before >= 0 else 0
-        stop = stream.find(b"\n\n", at)
-        _, _, data = stream[start:stop if stop >= 0 else len(stream)].partition(b"data: ")
-        end = start
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("response"), dict):
-            return event["response"]
-    return None
+def latest_snapshot(stream: bytes, snapshots: dict[str | None, str]) -> dict | None:
+    """The response object of the last snapshot event in SSE bytes: the state a GET returns.
+    `snapshots` maps each event name (None: unnamed) whose step declares `snapshot` to the
+    key of its data holding the response (`Template.snapshots`). Only the frames holding
+    such a key are parsed, from the end."""
+    found, found_at = None, -1
+    for key in set(snapshots.values()):
+        needle = b'"' + key.encode() + b'":{'
+        end = len(stream)
+        while (at := stream.rfind(needle, 0, end)) > found_at:
+            before = stream.rfind(b"\n\n", 0, at)
+            start = before + 2 if before >= 0 else 0
+            stop = stream.find(b"\n\n", at)
+            end = start
+            if start <= found_at:
+                break
+            head, _, data = stream[start:stop if stop >= 0 else len(stream)].partition(b"data: ")
+            name = head[len(b"event: "):].rstrip(b"\n").decode() if head.startswith(b"event: ") else None
+            if snapshots.get(name) != key:
+                continue
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get(key), dict):
+                found, found_at = event[key], start
+                break
+    return found

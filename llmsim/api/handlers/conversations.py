@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim import ids
 from llmsim.errors import InvalidRequestError, NotFoundError
 from llmsim.pacing import transport
 from llmsim.state.responses import conversation_not_found
@@ -31,7 +30,7 @@ class ConversationsHandlers:
     async def create(self, body: dict | None = None):
         body = body or {}
         rng, created = self.sim.draw()
-        conversation = Conversation(ids.make("conv_", rng), created, body.get("metadata") or {})
+        conversation = Conversation(self.sim.ids.make("conversation", rng), created, body.get("metadata") or {})
         items = [self.state.item(item, rng) for item in body.get("items") or ()]
         await self.store.put_conversation(conversation)
         if items:

@@ -33,7 +33,7 @@ class ResponsesHandlers:
         own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
         if body.get("background"):
-            events = fault.stream(self.template.events(plan=plan, req=body), plan=plan, req=body)
+            events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
