@@ -58,6 +58,7 @@ class Settings:
     workers: int = 1                    # server processes sharing the port
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
+    server: str = "tuned"               # tuned | plain: stock uvicorn and connexion (llmsim.server.versions)
 
     @property
     def templates_dir(self) -> Path:

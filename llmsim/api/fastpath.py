@@ -48,6 +48,36 @@ class Operation:
         if len(raw) <= MAX_VALID_SIZE and len(self.valid) < MAX_VALID:
             self.valid.add(raw)
 
+    async def call(self, scope: Scope, receive: Receive):
+        """Read, parse and validate the JSON body of a request for this operation, then run
+        its handler: what the handler returns (a response). Raises APIError for a body it
+        refuses."""
+        content_type = _content_type(scope)
+        if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
+            raise UnsupportedMediaTypeError(
+                f"Unsupported content type: '{content_type}'. This API method only accepts "
+                f"'application/json' requests, but you specified the header "
+                f"'Content-Type: {content_type}'. Please try again with a supported content type.")
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidRequestError("The client disconnected before sending the whole body.")
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = parse_json(raw)
+        if body is None and self.optional:
+            body = {}
+        if body is None:
+            raise InvalidRequestError("The request body is empty; a JSON object is required.",
+                                      code="invalid_json")
+        if raw not in self.valid:
+            self.check(body, raw)
+        enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
+        return await self.handler(body)
+
 
 MAX_VALID = 1024
 MAX_VALID_SIZE = 2048
@@ -89,36 +119,6 @@ def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> di
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops
-
-
-async def call(op: Operation, scope: Scope, receive: Receive):
-    """Read, parse and validate the JSON body of a request for `op`, then run its handler:
-    what the handler returns (a response). Raises APIError for a body `op` refuses."""
-    content_type = _content_type(scope)
-    if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
-        raise UnsupportedMediaTypeError(
-            f"Unsupported content type: '{content_type}'. This API method only accepts "
-            f"'application/json' requests, but you specified the header "
-            f"'Content-Type: {content_type}'. Please try again with a supported content type.")
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise InvalidRequestError("The client disconnected before sending the whole body.")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    body = parse_json(raw)
-    if body is None and op.optional:
-        body = {}
-    if body is None:
-        raise InvalidRequestError("The request body is empty; a JSON object is required.",
-                                  code="invalid_json")
-    if raw not in op.valid:
-        op.check(body, raw)
-    enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
-    return await op.handler(body)
 
 
 def _content_type(scope: Scope) -> str:
