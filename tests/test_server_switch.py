@@ -15,7 +15,6 @@ import tomllib
 from importlib import metadata
 
 import pytest
-from openai import OpenAI
 
 from conftest import REPO
 from llmsim.app import create_app
