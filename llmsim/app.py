@@ -34,7 +34,7 @@ from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
 from llmsim.api.methods import AllowedMethods
-from llmsim.api.validation import BodyValidator
+from llmsim.api.validation import BodyValidator, unsupported_media_type
 from llmsim.api.websocket import ResponsesSocket
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
@@ -92,10 +92,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         elif exc.status == 405:
             detail = f"Method {request.method} is not allowed for {request.url.path}."
         elif exc.status == 415:
-            given = request.headers.get("content-type", "")
-            detail = (f"Unsupported content type: '{given}'. This API method only accepts "
-                      f"'application/json' requests, but you specified the header "
-                      f"'Content-Type: {given}'. Please try again with a supported content type.")
+            return render_error(unsupported_media_type(request.headers.get("content-type", "")))
         headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
         allow = allowed.allow(request.url.path) if exc.status == 405 else None
         if allow:
