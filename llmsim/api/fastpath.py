@@ -1,14 +1,19 @@
-"""Precompiled dispatch for the JSON-body operations of our OpenAPI document.
+"""Precompiled dispatch for the JSON-body operations of our OpenAPI document: the tuned
+server's fast lane (`--server plain` has none: connexion serves these too, and answers alike,
+tests/test_fastlane_differential.py).
 
 connexion rebuilds per request what never changes (route matching through nested routers,
 the parameter decorator, a body validator object, a context). For the operations whose only
 input is a JSON body (POST /responses, /chat/completions, ...), `json_operations` compiles
 the same document once: path -> (handler, validators), and llmsim.api.front serves them with
-`Operation.call`: it reads and parses the body as connexion's validator does (the same
-functions of llmsim.api.validation), validates it with a Rust validator (jsonschema-rs) and,
-only when that fails, with the Python validator that names the bad field, then calls the
-handler. Every other request goes on to connexion unchanged, so the
-OpenAPI document stays the single source of routes and request schemas.
+`Operation.call`: it reads and parses the body with the functions connexion's validator uses
+(llmsim.api.validation), validates it with a Rust validator (jsonschema-rs) and, only when
+that fails, with the Python validator that names the bad field, then calls the handler.
+Every other request goes on to connexion unchanged, so the OpenAPI document stays the single
+source of routes and request schemas.
+
+Kept because bench/instructions.py shows it saves more than 3% of W1's and W2's instructions;
+see bench/RESULTS.md.
 """
 from __future__ import annotations
 
