@@ -1,5 +1,6 @@
 """`create_app(settings)`: the app, routed and validated from our OpenAPI document: the connexion
-app behind llmsim's front door (llmsim.api.front).
+app behind llmsim's front door (llmsim.api.front). With `server: plain` it uses connexion's
+public API only: no fast lane, handlers read the request through `connexion.request`.
 
 No import-time side effects (but one: which optional modules load, below): everything (data,
 templates, spec) is loaded here, and a bad template or data file raises ConfigError before
@@ -24,7 +25,6 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from llmsim import __version__, datafiles
-from llmsim.api.fastpath import json_operations
 from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
@@ -34,7 +34,7 @@ from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
 from llmsim.api.methods import AllowedMethods
-from llmsim.api.validation import BodyValidator
+from llmsim.api.validation import BodyValidator, unsupported_media_type
 from llmsim.api.websocket import ResponsesSocket
 from llmsim.clock import Clock
 from llmsim.errors import (APIError, InvalidRequestError, MethodNotAllowedError, NotFoundError,
@@ -58,8 +58,13 @@ def starlette_response(response: ConnexionResponse) -> Response:
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Front:
     settings = settings or Settings()
     sim = Simulator.load(settings, clock)
-    groups = {"responses": ResponsesHandlers(sim), "models": ModelsHandlers(sim),
-              "chat": ChatHandlers(sim)}
+    tuned = settings.server == "tuned"
+    if tuned:       # connexion's private context, set by the fast lane for its requests too
+        from llmsim.server import context as current
+    else:
+        from llmsim.api import current
+    groups = {"responses": ResponsesHandlers(sim, current), "models": ModelsHandlers(sim),
+              "chat": ChatHandlers(sim, current)}
     groups["stats"] = StatsHandlers(sim)
     groups["faults"] = FaultsHandlers(sim)
     groups["response_store"] = ResponseStoreHandlers(sim)
@@ -87,10 +92,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         elif exc.status == 405:
             detail = f"Method {request.method} is not allowed for {request.url.path}."
         elif exc.status == 415:
-            given = request.headers.get("content-type", "")
-            detail = (f"Unsupported content type: '{given}'. This API method only accepts "
-                      f"'application/json' requests, but you specified the header "
-                      f"'Content-Type: {given}'. Please try again with a supported content type.")
+            return render_error(unsupported_media_type(request.headers.get("content-type", "")))
         headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
         allow = allowed.allow(request.url.path) if exc.status == 405 else None
         if allow:
@@ -124,8 +126,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.add_error_handler(ProblemException, on_problem)
     app.add_error_handler(HTTPException, on_http_error)
     app.add_error_handler(Exception, on_unexpected)
-    # In front of connexion: stats, checks and the hot JSON operations (the same document,
-    # compiled once), and the WebSocket upgrades connexion cannot route.
-    return Front(app, sim=sim, operations=json_operations(settings.spec_path, BASE_PATHS, resolve),
-                 websockets=ResponsesSocket(sim).router(BASE_PATHS),
-                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS)
+    # In front of connexion: stats, checks, the WebSocket upgrades connexion cannot route and,
+    # on the tuned server, the hot JSON operations (the same document, compiled once).
+    operations = {}
+    if tuned:
+        from llmsim.api.fastpath import json_operations
+        operations = json_operations(settings.spec_path, BASE_PATHS, resolve)
+    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(BASE_PATHS),
+                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS,
+                 tuned=tuned)

@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
                        "own (default: on, where supported)")
     serve.add_argument("--data", help="directory of data files (models.yaml, profiles.yaml, faults.yaml, "
                        "reasoning.yaml, ids.yaml; each optional) overriding ours")
+    serve.add_argument("--server", help="tuned (default: llmsim's own protocol, accept loop and fast "
+                       "lane, on the uvicorn, connexion and starlette releases it was tested with) or "
+                       "plain (stock uvicorn and connexion)")
     return p
 
 
@@ -131,6 +134,9 @@ def _serve(settings: Settings) -> int:
     import uvicorn
     from uvicorn.server import STARTUP_FAILURE
 
+    from llmsim.server.versions import choose
+    settings = settings.replace(server=choose(settings.server))
+    tuned = settings.server == "tuned"
     # --workers share a temp LMDB store (one process keeps its store in memory) and a stats
     # snapshot directory, in memory where there is one; both go when the server stops
     shared = settings.workers > 1
@@ -140,16 +146,17 @@ def _serve(settings: Settings) -> int:
         if settings.stats_dir:          # made here: a worker starting as the server stops must
             Path(settings.stats_dir).mkdir(parents=True, exist_ok=True)    # not make it again
         # no X-Forwarded-* rewriting: nothing here reads a request's client address or scheme,
-        # and uvicorn's middleware for it was one more layer on every request (~1.5% of W1)
+        # and uvicorn's middleware for it was one more layer on every request
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
-                       access_log=False, lifespan="on", http=http_protocol(), proxy_headers=False,
-                       loop="llmsim.server.accepting:new_event_loop")
+                       access_log=False, lifespan="on", proxy_headers=False)
+        if tuned:       # llmsim.server's protocol and accept loop; `plain`: uvicorn's defaults
+            options.update(http=http_protocol(), loop="llmsim.server.accepting:new_event_loop")
         if settings.workers == 1:
             from llmsim.app import create_app
             config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
             server = uvicorn.Server(config)
-            try:
-                server.run(sockets=[config.bind_socket()])     # a socket: see llmsim.server.accepting
+            try:    # tuned: a socket of its own (see llmsim.server.accepting)
+                server.run(sockets=[config.bind_socket()]) if tuned else server.run()
             except KeyboardInterrupt:   # uvicorn re-raises Ctrl-C once it has shut down
                 pass
             if not server.started:
@@ -157,10 +164,14 @@ def _serve(settings: Settings) -> int:
         else:
             check_in_child(settings)    # bad settings fail before any worker starts
             os.environ.update(to_worker_environ(settings))
+            worker_config = dict(factory=True, workers=settings.workers, **options)
+            if not tuned:               # uvicorn's own process manager and socket
+                with contextlib.suppress(KeyboardInterrupt):
+                    uvicorn.run("llmsim.cli:worker_app", **worker_config)
+                return 0
             if not (settings.reuse_port and listening.reuse_port_supported()):
-                options["loop"] = "llmsim.server.accepting:new_shared_event_loop"
-            run_workers(uvicorn.Config("llmsim.cli:worker_app", factory=True, workers=settings.workers,
-                                       **options), settings.reuse_port)
+                worker_config["loop"] = "llmsim.server.accepting:new_shared_event_loop"
+            run_workers(uvicorn.Config("llmsim.cli:worker_app", **worker_config), settings.reuse_port)
     return 0
 
 
@@ -244,11 +255,12 @@ def _shared_paths(settings: Settings, store_scratch: Path | None, stats_scratch:
 
 def worker_app():
     """uvicorn's app factory in each `--workers` process: the settings `serve` handed over,
-    on a CPU of its own (llmsim.server.affinity)."""
+    on a CPU of its own (llmsim.server.affinity) if the server is tuned."""
     from llmsim.app import create_app
-    from llmsim.server import affinity
     settings = for_worker()
-    affinity.pin_worker(settings.workers, settings.pin_workers)
+    if settings.server == "tuned":
+        from llmsim.server import affinity
+        affinity.pin_worker(settings.workers, settings.pin_workers)
     return create_app(settings)
 
 

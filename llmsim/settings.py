@@ -59,6 +59,7 @@ class Settings:
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
     data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
+    server: str = "tuned"               # tuned | plain: stock uvicorn and connexion (llmsim.server.versions)
 
     @property
     def templates_dir(self) -> Path:

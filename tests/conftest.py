@@ -47,10 +47,26 @@ def live_server_factory():
         server.stop()
 
 
+SERVERS = ("tuned", "plain")    # `llmsim serve --server`: conformance modules run on both
+
+
 @pytest.fixture(scope="session")
-def server(live_server_factory) -> LiveServer:
+def served(live_server_factory):
+    """`served(kind)`: the shared live server of that kind (`--server tuned|plain`), no
+    simulated latency, default everything else; started on first use."""
+    started: dict[str, LiveServer] = {}
+
+    def get(kind: str) -> LiveServer:
+        if kind not in started:
+            started[kind] = live_server_factory("--profile", "instant", "--server", kind)
+        return started[kind]
+    return get
+
+
+@pytest.fixture(scope="session")
+def server(served) -> LiveServer:
     """The shared live server: no simulated latency, default everything else."""
-    return live_server_factory("--profile", "instant")
+    return served("tuned")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@
 # schemathesis generated. Run from anywhere, after `pip install -e .`:
 #
 #     tests/schemathesis_live.sh            # MAX_EXAMPLES=50 SEED=1 by default
+#     SERVER=plain tests/schemathesis_live.sh   # `llmsim serve --server plain` (default: tuned)
 #
 # The admin document runs last: its POST /llmsim/faults schedules faults that would fail the
 # API operations' checks if they ran afterwards on the same server. tests/schemathesis_hooks.py
@@ -14,21 +15,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MAX_EXAMPLES=${MAX_EXAMPLES:-50}
 SEED=${SEED:-1}
+SERVER=${SERVER:-tuned}
 PORT=${PORT:-$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 WORK=$(mktemp -d)
-llmsim serve --profile instant --port "$PORT" --log-level warning >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
+llmsim serve --profile instant --server "$SERVER" --port "$PORT" --log-level warning >"$WORK/server.log" 2>&1 &
+PID=$!
+trap 'kill "$PID" 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-  kill -0 "$SERVER" 2>/dev/null || { cat "$WORK/server.log"; exit 1; }
+  kill -0 "$PID" 2>/dev/null || { cat "$WORK/server.log"; exit 1; }
   sleep 0.2
 done
 
 total=0
 run() {  # run DOCUMENT BASE_PATH
   local out="$WORK/run.txt"
-  echo "== schemathesis: $1 at $2"
+  echo "== schemathesis: $1 at $2 (--server $SERVER)"
   if ! (cd "$WORK" && SCHEMATHESIS_HOOKS="$OLDPWD/tests/schemathesis_hooks.py" schemathesis --no-color run "$OLDPWD/$1" --url "http://127.0.0.1:$PORT$2" --checks all \
           --max-examples "$MAX_EXAMPLES" --seed "$SEED" --workers 1) >"$out" 2>&1; then
     cat "$out"; grep -B2 -A40 Traceback "$WORK/server.log" | tail -60
@@ -43,4 +45,4 @@ run openapi/admin.yaml /llmsim
 if grep -q "Traceback" "$WORK/server.log"; then
   cat "$WORK/server.log"; echo "the server logged a traceback"; exit 1
 fi
-echo "schemathesis: $total test cases generated, 0 failures"
+echo "schemathesis (--server $SERVER): $total test cases generated, 0 failures"

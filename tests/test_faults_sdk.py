@@ -6,6 +6,7 @@ import time
 import openai
 import pytest
 
+from conftest import SERVERS
 from llmsim.faults.kinds import load_kinds
 
 KINDS = load_kinds()
@@ -18,6 +19,17 @@ SDK_ERRORS = {400: openai.BadRequestError, 401: openai.AuthenticationError,
               502: openai.InternalServerError, 503: openai.InternalServerError,
               504: openai.InternalServerError}
 IMMEDIATE = sorted(name for name, kind in KINDS.items() if kind.effect in ("error", "timeout"))
+
+
+@pytest.fixture(scope="module", params=SERVERS)
+def server(request, served):
+    """Every test here runs against both servers (`--server tuned` and `--server plain`)."""
+    return served(request.param)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return server.client()
 
 
 def fault(value: str) -> dict:

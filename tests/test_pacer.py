@@ -157,8 +157,8 @@ def observed(app) -> Front:
     """`app` behind the front door every API request goes through (on to `app`: no route
     of its own)."""
     settings = SimpleNamespace(trace=None, log_format=None, api_keys=None, max_body_bytes=1 << 20)
-    store = SimpleNamespace(needs_task=False)
-    return Front(app, sim=SimpleNamespace(stats=Stats(enabled=False), settings=settings, store=store),
+    return Front(app, sim=SimpleNamespace(stats=Stats(enabled=False), settings=settings,
+                                          store=SimpleNamespace(needs_task=False)),
                  operations={}, websockets=None, render_error=None, base_paths=("/v1",))
 
 

@@ -26,9 +26,9 @@ def interrupt(server: LiveServer) -> tuple[int, str]:
     return code, server.output()
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_ctrl_c_exits_zero_without_a_traceback(workers):
-    code, output = interrupt(LiveServer("--profile", "instant", "--workers", workers))
+@pytest.mark.parametrize("workers,server", [("1", "tuned"), ("2", "tuned"), ("2", "plain")])
+def test_ctrl_c_exits_zero_without_a_traceback(workers, server):
+    code, output = interrupt(LiveServer("--profile", "instant", "--workers", workers, "--server", server))
     assert code == 0, output
     assert "Traceback" not in output
 

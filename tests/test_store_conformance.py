@@ -7,6 +7,7 @@ task, until it first waits (llmsim.server.starting); under `--profile instant` a
 written to the store before anything waits. The SDK's own transport (httpx) sends a body
 apart from its headers, so these tests give it one that writes each request in one piece, as
 curl and load generators do, and every store call of these requests runs on that path.
+The plain server (`--server plain`: none of that) runs them too, on two of the stores.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import pytest
 
 MODEL = "gpt-4o"
 STORES = ["memory", "lmdb", "sqlite", "redis"]
+# (store, `--server`): every store on the tuned server; the plain server on two of them
+SERVED = [*((store, "tuned") for store in STORES), ("memory", "plain"), ("redis", "plain")]
 
 
 class OnePieceTransport(httpx.BaseTransport):
@@ -45,19 +48,20 @@ class _Body(httpx.SyncByteStream):
         self.conn.close()
 
 
-@pytest.fixture(scope="module", params=STORES)
+@pytest.fixture(scope="module", params=SERVED, ids="-".join)
 def sdk(request, live_server_factory, tmp_path_factory):
-    """The SDK against `llmsim serve --profile instant` on one store."""
-    if request.param == "memory":
+    """The SDK against `llmsim serve --profile instant` on one store and server."""
+    kind, server = request.param
+    if kind == "memory":
         store = "memory"
-    elif request.param == "lmdb":
+    elif kind == "lmdb":
         store = f"lmdb:{tmp_path_factory.mktemp('conformance') / 'store.lmdb'}"
-    elif request.param == "sqlite":
+    elif kind == "sqlite":
         store = str(tmp_path_factory.mktemp("conformance") / "store.sqlite3")
     else:
         store = request.getfixturevalue("redis_url")
-    server = live_server_factory("--profile", "instant", "--store", store)
-    return server.client(http_client=httpx.Client(transport=OnePieceTransport()))
+    served = live_server_factory("--profile", "instant", "--store", store, "--server", server)
+    return served.client(http_client=httpx.Client(transport=OnePieceTransport()))
 
 
 def test_a_stored_response_is_retrieved(sdk):

@@ -1,13 +1,19 @@
-"""Precompiled dispatch for the JSON-body operations of our OpenAPI document.
+"""Precompiled dispatch for the JSON-body operations of our OpenAPI document: the tuned
+server's fast lane (`--server plain` has none: connexion serves these too, and answers alike,
+tests/test_fastlane_differential.py).
 
 connexion rebuilds per request what never changes (route matching through nested routers,
 the parameter decorator, a body validator object, a context). For the operations whose only
 input is a JSON body (POST /responses, /chat/completions, ...), `json_operations` compiles
 the same document once: path -> (handler, validators), and llmsim.api.front serves them with
-`call`: it reads and parses the body (orjson), validates it with a Rust validator
-(jsonschema-rs) and, only when that fails, with the Python validator that names the bad
-field, then calls the handler. Every other request goes on to connexion unchanged, so the
-OpenAPI document stays the single source of routes and request schemas.
+`Operation.call`: it reads and parses the body with the functions connexion's validator uses
+(llmsim.api.validation), validates it with a Rust validator (jsonschema-rs) and, only when
+that fails, with the Python validator that names the bad field, then calls the handler.
+Every other request goes on to connexion unchanged, so the OpenAPI document stays the single
+source of routes and request schemas.
+
+Kept because bench/instructions.py shows it saves more than 3% of W1's and W2's instructions;
+see bench/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -20,11 +26,11 @@ import yaml
 from connexion.json_schema import resolve_refs
 from starlette.types import Receive, Scope
 
-from llmsim.api.validation import check, check_depth, compile_schema, parse_json
-from llmsim.errors import InvalidRequestError, UnsupportedMediaTypeError
+from llmsim.api.validation import (check, check_depth, compile_schema, json_body, read_body,
+                                   unsupported_media_type)
 from llmsim.server.context import enter
 
-JSON_TYPES = ("application/json",)
+JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,20 @@ class Operation:
             check_depth(body, raw)
         if len(raw) <= MAX_VALID_SIZE and len(self.valid) < MAX_VALID:
             self.valid.add(raw)
+
+    async def call(self, scope: Scope, receive: Receive):
+        """Read, parse and validate the JSON body of a request for this operation, then run
+        its handler: what the handler returns (a response). Raises APIError for a body it
+        refuses."""
+        content_type = _content_type(scope)     # as llmsim.api.guard spells JSON
+        if content_type != JSON and content_type.split(";", 1)[0] != JSON:
+            raise unsupported_media_type(content_type)
+        raw = await read_body(receive)
+        body = json_body(raw, not self.optional)
+        if raw not in self.valid:
+            self.check(body, raw)
+        enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
+        return await self.handler(body)
 
 
 MAX_VALID = 1024
@@ -89,36 +109,6 @@ def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> di
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops
-
-
-async def call(op: Operation, scope: Scope, receive: Receive):
-    """Read, parse and validate the JSON body of a request for `op`, then run its handler:
-    what the handler returns (a response). Raises APIError for a body `op` refuses."""
-    content_type = _content_type(scope)
-    if content_type.split(";", 1)[0].strip().lower() not in JSON_TYPES:
-        raise UnsupportedMediaTypeError(
-            f"Unsupported content type: '{content_type}'. This API method only accepts "
-            f"'application/json' requests, but you specified the header "
-            f"'Content-Type: {content_type}'. Please try again with a supported content type.")
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise InvalidRequestError("The client disconnected before sending the whole body.")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    body = parse_json(raw)
-    if body is None and op.optional:
-        body = {}
-    if body is None:
-        raise InvalidRequestError("The request body is empty; a JSON object is required.",
-                                  code="invalid_json")
-    if raw not in op.valid:
-        op.check(body, raw)
-    enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
-    return await op.handler(body)
 
 
 def _content_type(scope: Scope) -> str:

@@ -1,8 +1,9 @@
 """The front door: the ASGI app `create_app` returns. Every request and connection enters here.
 
 * API requests (under the base paths): observed (llmsim.observe.observer), checked (llmsim.api.guard),
-  then the JSON operations of our OpenAPI document are served here directly
-  (llmsim.api.fastpath), and every other route goes on to connexion.
+  then, on the tuned server, the JSON operations of our OpenAPI document are served here
+  directly (llmsim.api.fastpath); every other route, and every route on `--server plain`,
+  goes on to connexion.
 * WebSocket connections: observed and checked, then to the Responses WebSocket router
   (connexion routes HTTP only).
 * `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
@@ -11,7 +12,7 @@
   server closes the connection: mid-body for streams, right after the headers otherwise.
 
 One layer instead of a middleware each: under load a request's bookkeeping is a few calls,
-and a JSON answer is written to `llmsim serve`'s connection in one piece
+and (tuned server) a JSON answer is written to `llmsim serve`'s connection in one piece
 (llmsim.server.connection.responder), its headers joined once instead of passing through the ASGI
 send chain and uvicorn's checks of every header. Any error becomes the provider's envelope
 through `render_error`, the app's one renderer.
@@ -19,16 +20,18 @@ through `render_error`, the app's one renderer.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
-from llmsim.api.fastpath import Operation, call
 from llmsim.api.guard import JSON, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
+
+if TYPE_CHECKING:   # a type only: `--server plain` never imports the fast lane
+    from llmsim.api.fastpath import Operation
 
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
 ADMIN_PREFIX = "/llmsim/"
@@ -37,11 +40,13 @@ log = logging.getLogger("llmsim")
 
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
-                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...]):
+                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...],
+                 tuned: bool = True):
         self.app = app                          # connexion: every route not served here
-        self.observer = Observer(sim)
+        self.observer = Observer(sim, gc_policy=tuned)
         self.guard = Guard(settings=sim.settings, base_paths=base_paths)
-        self.operations = operations
+        self.operations = operations            # the fast lane: none on `--server plain`
+        self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error
         self.eager_ok = not sim.store.needs_task
@@ -93,7 +98,7 @@ class Front:
                     return                  # the client left
                 scope, receive = admitted
                 op = self._operation(scope)
-                response = None if op is None else await call(op, scope, receive)
+                response = None if op is None else await op.call(scope, receive)
             except APIError as exc:
                 response = self.render_error(exc)
             except Exception:
@@ -102,7 +107,7 @@ class Front:
                     "The server had an error while processing your request."))
             if response is None:
                 await self.app(scope, receive, observed_send)
-            elif not self._responded(scope, response, ex):
+            elif not (self.tuned and self._responded(scope, response, ex)):
                 await response(scope, receive, observed_send)
         except ConnectionDrop:
             if not ex.status:       # headers promising a body that never comes

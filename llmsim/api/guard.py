@@ -5,7 +5,9 @@
   and `/llmsim/...` stay open.
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
   chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
-* A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send).
+* A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send);
+  a JSON content type written in other case or spacing (`Application/JSON ; charset=utf-8`)
+  goes on as `application/json`, the one spelling both the fast lane and connexion match.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class Guard:
         receive) at once; None for a chunked body, which `admit` reads."""
         self.check(scope, headers)
         if b"content-length" in headers or b"transfer-encoding" not in headers:
-            return (scope if b"content-type" in headers else _typed(scope)), receive
+            return _typed(scope, headers.get(b"content-type")), receive
         return None
 
     async def admit(self, scope, receive, headers: dict):
@@ -47,8 +49,7 @@ class Guard:
         admitted = self.admitted(scope, receive, headers)
         if admitted is not None:
             return admitted
-        if b"content-type" not in headers:
-            scope = _typed(scope)
+        scope = _typed(scope, headers.get(b"content-type"))
         # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
         body = await self._read_chunked(receive)
         if body is None:
@@ -121,8 +122,17 @@ def _auth_error(headers: dict) -> AuthenticationError:
                                "at https://platform.openai.com/account/api-keys.")
 
 
-def _typed(scope):
-    """A request without a content-type: read as JSON if its method has a body."""
-    if scope["method"] in BODY_METHODS:
-        return {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
-    return scope
+def _typed(scope, content_type: bytes | None):
+    """The request as the app reads its content type: without one, JSON if its method has a
+    body; a JSON one spelled otherwise, `application/json` (its parameters kept)."""
+    if content_type is None:
+        if scope["method"] in BODY_METHODS:
+            return {**scope, "headers": [*scope["headers"], (b"content-type", JSON)]}
+        return scope
+    if content_type == JSON:
+        return scope
+    media_type, sep, parameters = content_type.partition(b";")
+    if media_type.strip().lower() != JSON or media_type == JSON:
+        return scope
+    given = JSON + sep + parameters
+    return {**scope, "headers": [(k, given if k == b"content-type" else v) for k, v in scope["headers"]]}

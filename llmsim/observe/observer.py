@@ -54,7 +54,7 @@ def _ms(seconds: float) -> bytes:
 
 
 class Observer:
-    def __init__(self, sim):
+    def __init__(self, sim, gc_policy: bool = True):
         self.stats: Stats = sim.stats
         self.counting = self.stats.enabled
         settings = sim.settings
@@ -68,7 +68,9 @@ class Observer:
         self._ids = sim.ids
         self._endpoints: dict[str, str] = {}
         self.in_flight = 0
-        self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
+        # the tuned server's garbage collection policy (llmsim.server.collector); plain: CPython's
+        self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect)) \
+            if gc_policy else None
 
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)
@@ -88,10 +90,12 @@ class Observer:
     # -- the server's life (lifespan) ------------------------------------------------------
     def serving(self) -> None:
         self.stats.serving()
-        self.collector.serving(time.perf_counter())
+        if self.collector is not None:
+            self.collector.serving(time.perf_counter())
 
     def stopped(self) -> None:
-        self.collector.stopped()
+        if self.collector is not None:
+            self.collector.stopped()
         self.stats.stopped()
 
     # -- one HTTP request ------------------------------------------------------------------
@@ -124,7 +128,8 @@ class Observer:
         CURRENT.reset(ex.token)
         now = time.perf_counter()
         self.in_flight -= 1
-        self.collector.request_ended(now, self.in_flight)
+        if self.collector is not None:
+            self.collector.request_ended(now, self.in_flight)
         if self.counting:
             self.stats.request_finished(ex, now - ex.start)
         if self.writers:

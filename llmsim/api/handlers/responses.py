@@ -4,23 +4,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.server.context import received_at, request_headers
 from llmsim.sim import plan as planning
 from llmsim.state.responses import Replay, wants_store
 
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
     from llmsim.simulator import Simulator
 
 
 class ResponsesHandlers:
-    def __init__(self, sim: Simulator):
+    def __init__(self, sim: Simulator, current: Current):
         self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
         self.template = sim.templates["responses"]
 
     async def create(self, body: dict):
         sim = self.sim
-        start = sim.clock.began(received_at())
-        fault = sim.faults.begin("responses", body, request_headers())
+        start = sim.clock.began(self.received_at())
+        fault = sim.faults.begin("responses", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
         # previous_response_id / conversation history (none: known at once)
