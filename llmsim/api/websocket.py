@@ -244,7 +244,7 @@ class Connection:
             fault = await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
-        frames = fault.frames(self.endpoint.responses, plan=plan, req=body)
+        frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
                                                                     sim.stats.lateness))
