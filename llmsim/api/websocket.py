@@ -1,8 +1,8 @@
 """Responses API WebSocket mode: `response.create` frames in, the SSE stream's events out.
 
-Served on the HTTP paths (`/openai/v1/responses`, `/v1/responses`) when the request is a
-WebSocket upgrade: llmsim.api.front sends websocket scopes to this module's router, and
-everything else (HTTP, lifespan) on to connexion.
+Served on the HTTP paths (`{base}/responses` for each of settings.base_paths: `/openai/v1/responses`,
+`/v1/responses` by default) when the request is a WebSocket upgrade: llmsim.api.front sends websocket
+scopes to this module's router, and everything else (HTTP, lifespan) on to connexion.
 
 * A text frame `{"type": "response.create", ...}` carries a Responses create body, flat or
   nested under `"response"`. The body is checked against the same `CreateResponseRequest`
