@@ -44,7 +44,6 @@ from llmsim.settings import Settings
 from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim")
-BASE_PATHS = ("/openai/v1", "/v1")
 ADMIN_SPEC = datafiles.OPENAPI_DIR / "admin.yaml"     # llmsim's own routes, under /llmsim
 # connexion problems by status, turned into our exception tree.
 PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
@@ -70,7 +69,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]
-    allowed = AllowedMethods.load([(settings.spec_path, BASE_PATHS), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
+    base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
+    allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
@@ -107,13 +107,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return render_error(ServerError("The server had an error while processing your request."))
 
-    # The document is served (`/openai/v1/openapi.json`); the Swagger UI is not (an extra).
+    # The document is served under each prefix (`/openai/v1/openapi.json`), not bare (`""`);
+    # the Swagger UI is not (an extra).
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
-    for base in BASE_PATHS:
-        app.add_api(settings.spec_path, base_path=base, name=base,
+    for base in base_paths:
+        app.add_api(settings.spec_path, base_path=base, name=base or "bare",
                     validator_map={"body": {"application/json": BodyValidator}},
-                    strict_validation=False, validate_responses=False)
+                    strict_validation=False, validate_responses=False,
+                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__))
@@ -131,7 +133,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     operations = {}
     if tuned:
         from llmsim.api.fastpath import json_operations
-        operations = json_operations(settings.spec_path, BASE_PATHS, resolve)
-    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(BASE_PATHS),
-                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=BASE_PATHS,
+        operations = json_operations(settings.spec_path, base_paths, resolve)
+    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(base_paths),
+                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=base_paths,
                  tuned=tuned)

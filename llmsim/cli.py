@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--fixed-text", help="text said by the fixed generator")
     serve.add_argument("--allow-any-model", action="store_true", default=None,
                        help="answer for model names not in the catalogue")
-    serve.add_argument("--usage-semantics", help="llmsim (default) or openai")
+    serve.add_argument("--usage-semantics", help="llmsim or openai usage arithmetic (default: as --compat says)")
     serve.add_argument("--keepalive-ms", type=float, help="SSE keep-alive comment interval before the first token")
     serve.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=None,
                        help="keep live stats for /llmsim/stats and /metrics (default on)")
@@ -72,6 +72,14 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--server", help="tuned (default: llmsim's own protocol, accept loop and fast "
                        "lane, on the uvicorn, connexion and starlette releases it was tested with) or "
                        "plain (stock uvicorn and connexion)")
+    serve.add_argument("--compat", help="llmsim (default: the product spec) or openai: which side applies "
+                       "where they differ (effort rules, usage arithmetic, summary null or []; "
+                       "openapi/departures.yaml)")
+    serve.add_argument("--responses-done", action=argparse.BooleanOptionalAction, default=None,
+                       help="end Responses SSE streams with data: [DONE] (default off, as OpenAI)")
+    serve.add_argument("--base-path", dest="base_paths", action="append",
+                       help="mount the API under this prefix (repeatable; default /openai/v1 and /v1; "
+                       "'' mounts /responses, /chat/completions, ... without one)")
     return p
 
 

@@ -38,7 +38,7 @@ class Settings:
     generator: str = "lorem"
     fixed_text: str = "This is a simulated response."
     allow_any_model: bool = False
-    usage_semantics: str = "llmsim"
+    usage_semantics: str | None = None  # alias of compat's usage arithmetic; when set, it wins
     keepalive_ms: float | None = None
     tool_call_probability: float = 0.5
     metrics: bool = True                # live stats (/llmsim/stats, /metrics); off: headers only
@@ -60,6 +60,14 @@ class Settings:
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
     data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
     server: str = "tuned"               # tuned | plain: stock uvicorn and connexion (llmsim.server.versions)
+    compat: str = "llmsim"              # llmsim (the product spec) | openai: where the two differ
+    responses_done: bool = False        # end Responses SSE streams with `data: [DONE]`
+    base_paths: tuple = ("/openai/v1", "/v1")   # where the API document's routes are mounted ("": bare)
+
+    @property
+    def usage(self) -> str:
+        """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
+        return self.usage_semantics or self.compat
 
     @property
     def templates_dir(self) -> Path:

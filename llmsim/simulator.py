@@ -52,7 +52,7 @@ class Simulator:
         # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used (~0.2 s, ~2 MB).
         tokens.encoding(tokens.DEFAULT)
         rules = ReasoningRules.load(data("reasoning.yaml"))
-        templates = TemplateSet(settings.templates_dir)
+        templates = TemplateSet(settings.templates_dir, {"settings": settings})
         formats = Ids(datafiles.load(data("ids.yaml"), "ids")["ids"])
         return cls(settings, catalogue, profiles, rules, templates, clock or Clock(), formats)
 

@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsim.app import BASE_PATHS, create_app
+from llmsim.app import create_app
 from llmsim.api.fastpath import json_operations
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
@@ -44,7 +44,7 @@ def answer(response) -> tuple[int, str | None, bytes]:
 def test_the_fast_lane_serves_four_operations():
     assert OPERATIONS == ["/chat/completions", "/conversations", "/responses",
                           "/responses/input_tokens"]
-    assert all(path.removeprefix(base) in OPERATIONS for base in BASE_PATHS
+    assert all(path.removeprefix(base) in OPERATIONS for base in Settings().base_paths
                for path in json_operations(Settings().spec_path, [base], lambda operation_id: None))
 
 

@@ -33,7 +33,8 @@ def test_embedded_defaults():
     s = load()
     assert (s.host, s.port, s.target_tokens, s.generator, s.profile, s.seed) == \
         ("127.0.0.1", 8080, 100, "lorem", None, None)
-    assert (s.ttft_ms, s.tbt_ms, s.usage_semantics, s.allow_any_model) == (None, None, "llmsim", False)
+    assert (s.ttft_ms, s.tbt_ms, s.usage, s.allow_any_model) == (None, None, "llmsim", False)
+    assert (s.compat, s.responses_done, list(s.base_paths)) == ("llmsim", False, ["/openai/v1", "/v1"])
 
 
 def test_cli_flags_set_settings():

@@ -38,13 +38,18 @@ ADMIN_PREFIX = "/llmsim/"
 log = logging.getLogger("llmsim")
 
 
+def is_admin(path: str) -> bool:
+    """`/health`, `/metrics` and `/llmsim/...`: llmsim's own routes, whatever the base paths."""
+    return path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX)
+
+
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
                  render_error: Callable[[APIError], Response], base_paths: tuple[str, ...],
                  tuned: bool = True):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths)
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
@@ -65,7 +70,7 @@ class Front:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            if path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX):
+            if is_admin(path):
                 await self._admin(scope, receive, send)
             else:
                 await self._api(scope, receive, send, path)

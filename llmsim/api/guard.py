@@ -2,7 +2,7 @@
 
 * API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
   base paths need `Authorization: Bearer <key>`; otherwise 401 `invalid_api_key`. `/health`
-  and `/llmsim/...` stay open.
+  and `/llmsim/...` stay open (with the bare base path `""` too: every other path is the API's).
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
   chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
 * A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send);
@@ -20,10 +20,12 @@ BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class Guard:
-    def __init__(self, *, settings, base_paths: tuple[str, ...]):
+    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False):
         self.keys = [key.encode() for key in (settings.api_keys or ())]
         self.limit = settings.max_body_bytes
-        self.bases = tuple(base_paths)
+        self.bases = tuple(base for base in base_paths if base)
+        self.bare = "" in base_paths    # the API also without a prefix: every path but `admin`'s
+        self.admin = admin
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
@@ -61,6 +63,8 @@ class Guard:
         return scope, _replay(body, receive)
 
     def _protected(self, path: str) -> bool:
+        if self.bare and not self.admin(path):
+            return True
         return any(path == base or path.startswith(base + "/") for base in self.bases)
 
     def _authorized(self, headers: dict) -> bool:

@@ -1,8 +1,8 @@
 """Responses API WebSocket mode: `response.create` frames in, the SSE stream's events out.
 
-Served on the HTTP paths (`/openai/v1/responses`, `/v1/responses`) when the request is a
-WebSocket upgrade: llmsim.api.front sends websocket scopes to this module's router, and
-everything else (HTTP, lifespan) on to connexion.
+Served on the HTTP paths (`{base}/responses` for each of settings.base_paths: `/openai/v1/responses`,
+`/v1/responses` by default) when the request is a WebSocket upgrade: llmsim.api.front sends websocket
+scopes to this module's router, and everything else (HTTP, lifespan) on to connexion.
 
 * A text frame `{"type": "response.create", ...}` carries a Responses create body, flat or
   nested under `"response"`. The body is checked against the same `CreateResponseRequest`
@@ -244,7 +244,7 @@ class Connection:
             fault = await fault.wait()
         history = await self.history(body.get("previous_response_id"))
         plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
-        frames = fault.frames(self.endpoint.responses, plan=plan, req=body)
+        frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
                                                                     sim.stats.lateness))

@@ -61,7 +61,7 @@ class Injection:
         if self.fault is None or self.fault.kind.effect != "content_filter":
             return plan
         cut = _cut_chat if self.api == "chat" else _cut_response
-        cut(plan, self.after_tokens, self.injector.settings.usage_semantics)
+        cut(plan, self.after_tokens, self.injector.settings.usage)
         return plan
 
     @property

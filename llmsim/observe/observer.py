@@ -23,7 +23,7 @@ from llmsim.pacing.pacer import PACERS
 from llmsim.render.jsonbytes import decimal
 from llmsim.server.collector import Collector
 
-API_PREFIXES = ("/openai/v1/", "/v1/")
+API_PREFIXES = ("/openai/v1/", "/v1/")     # the default base paths' (settings.base_paths)
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
              "conversations": "conversations", "realtime": "realtime"}
 REQUEST_ID = b"x-request-id"
@@ -32,8 +32,8 @@ MAX_ID = 200            # a client's request id is echoed up to this many bytes
 MAX_PATHS = 256         # endpoint names remembered per path (beyond: worked out each time)
 
 
-def endpoint_of(path: str) -> str:
-    for prefix in API_PREFIXES:
+def endpoint_of(path: str, prefixes: tuple[str, ...] = API_PREFIXES) -> str:
+    for prefix in prefixes:
         if path.startswith(prefix):
             return ENDPOINTS.get(path[len(prefix):].split("/", 1)[0], "other")
     return "other"
@@ -58,6 +58,8 @@ class Observer:
         self.stats: Stats = sim.stats
         self.counting = self.stats.enabled
         settings = sim.settings
+        # the base paths with their slash, longest first (the bare base path "" is "/")
+        self.prefixes = tuple(sorted((base + "/" for base in settings.base_paths), key=len, reverse=True))
         writers = []
         if settings.trace:
             writers.append(Trace(settings.trace))
@@ -75,7 +77,7 @@ class Observer:
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)
         if name is None:
-            name = endpoint_of(path)
+            name = endpoint_of(path, self.prefixes)
             if len(self._endpoints) < MAX_PATHS:
                 self._endpoints[path] = name
         return name

@@ -335,8 +335,9 @@ class Template:
     data that holds the response object, for the events whose steps declare `snapshot`."""
 
     def __init__(self, name: str, body: Node | None, body_json, stream,
-                 snapshots: dict[str | None, str] | None = None):
+                 snapshots: dict[str | None, str] | None = None, variables: dict | None = None):
         self.name = name
+        self.variables = variables or {}    # names every render sees (TemplateSet's `variables`)
         self._body = body
         self._body_json = body_json
         self._stream, self._frames, self._marked = stream or (None, None, None)
@@ -345,13 +346,13 @@ class Template:
     def body(self, **ctx) -> Any:
         if self._body is None:
             raise ConfigError(f"template {self.name!r} has no body")
-        return self._body(ctx)
+        return self._body({**self.variables, **ctx})
 
     def body_json(self, **ctx) -> bytes:
         """The body as JSON bytes: the same as serialising `body(**ctx)`, in one pass."""
         if self._body_json is None:
             raise ConfigError(f"template {self.name!r} has no body")
-        ctx["__memo"] = {}
+        ctx = {**self.variables, **ctx, "__memo": {}}
         return self._body_json(ctx)
 
     def events(self, **ctx) -> Iterator[Event]:
@@ -371,14 +372,15 @@ class Template:
     def _render(self, stream, ctx: dict) -> Iterator:
         if stream is None:
             raise ConfigError(f"template {self.name!r} has no stream")
-        ctx["__memo"] = {}          # what one render computes once (llmsim.render.jsoncodegen)
-        return stream(ctx, [0.0, 0])
+        ctx = {**self.variables, **ctx, "__memo": {}}   # __memo: what one render computes once
+        return stream(ctx, [0.0, 0])                     # (llmsim.render.jsoncodegen)
 
 
 class TemplateSet:
-    """Every template of a directory, compiled; `set["responses"]` is one file."""
+    """Every template of a directory, compiled; `set["responses"]` is one file. `variables`:
+    names every template sees besides its own (the simulator gives `settings`)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, variables: dict | None = None):
         self.directory = Path(directory)
         files = sorted(self.directory.rglob("*.yaml"))
         if not files:
@@ -415,7 +417,7 @@ class TemplateSet:
             if "stream" in doc:
                 stream = compiler.steps(doc["stream"], f"{path}: stream")
                 snapshots = snapshot_events(doc["stream"], f"{path}: stream")
-            self.templates[name] = Template(name, body, body_json, stream, snapshots)
+            self.templates[name] = Template(name, body, body_json, stream, snapshots, variables)
 
     def __getitem__(self, name: str) -> Template:
         try:

@@ -141,7 +141,8 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     cap = body.get(param)
     if prompt_tokens > model.context_window or cap is not None:
         check_context(ctx, prompt_tokens, cap, param)
-    effort = ctx.rules.effort(model, body.get("reasoning_effort"), "reasoning_effort") if model.reasons else None
+    effort = (ctx.rules.effort(model, body.get("reasoning_effort"), "reasoning_effort", ctx.settings.compat)
+              if model.reasons else None)
     tools = body.get("tools") or body.get("tool_choice") is not None
     tool_req = toolcalls.chat_request(body) if tools else None
     last_role = turns[-1].role if turns else None
@@ -162,7 +163,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
         first_at, end_at = choices[0].first_at, choices[0].end_at
     else:
         first_at, end_at = min(c.first_at for c in choices), max(c.end_at for c in choices)
-    usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage_semantics)
+    usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage)
     tier = body.get("service_tier")
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return ChatPlan(ctx.ids.make("chat_completion", ctx.rng), ctx.created_at, body["model"], body, choices,
@@ -186,7 +187,7 @@ def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str 
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
     room = cap
-    if cap is not None and s.usage_semantics == "openai":   # reasoning spends the budget first
+    if cap is not None and s.usage == "openai":   # reasoning spends the budget first
         reasoning = min(reasoning, cap)
         room = cap - reasoning
     if names:

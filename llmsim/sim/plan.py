@@ -167,11 +167,12 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     if input_tokens > model.context_window or cap is not None:
         check_context(ctx, input_tokens, cap, "max_output_tokens")
     reasoning_req = body.get("reasoning") or {}
-    effort = rules.effort(model, reasoning_req.get("effort"), "reasoning.effort") if model.reasons else None
+    effort = (rules.effort(model, reasoning_req.get("effort"), "reasoning.effort", ctx.settings.compat)
+              if model.reasons else None)
     tools = body.get("tools") or body.get("tool_choice") is not None
     tool_req = toolcalls.responses_request(body) if tools else None
     if not generate:
-        usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage_semantics)
+        usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage)
         return Plan(ctx.ids.make("response", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
     names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
@@ -189,7 +190,7 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     message = MessageItem(ctx.ids.make("message", rng), text.text, text.pieces, sched.token_times,
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
     output.append(message)
-    usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage_semantics)
+    usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage)
     return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
                 "incomplete" if text.truncated else "completed",
                 "max_output_tokens" if text.truncated else None,
@@ -212,7 +213,7 @@ def _plan_calls(body: dict, ctx: Context, calls: list[toolcalls.FunctionCall], i
         output.append(_reasoning_item(body, ctx, reasoning_tokens, summary_kind, sched))
     output.extend(calls)
     cut = toolcalls.truncated(calls)
-    usage = Usage.make(input_tokens, visible, reasoning_tokens, ctx.settings.usage_semantics)
+    usage = Usage.make(input_tokens, visible, reasoning_tokens, ctx.settings.usage)
     return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
                 "incomplete" if cut else "completed", "max_output_tokens" if cut else None,
                 sched.first_token, sched.end, effort)

@@ -13,21 +13,29 @@ from llmsim.sim.models import Model
 class ReasoningRules:
     efforts: dict[str, float]
     summary_fraction: dict[str, float]
+    spec_accepted: tuple[str, ...] = ()   # --compat llmsim: efforts every reasoning model also accepts
+    spec_default: str | None = None       # --compat llmsim: the effort when a request names none
 
     @classmethod
     def load(cls, path: Path) -> "ReasoningRules":
         doc = datafiles.load(path, "reasoning")
-        return cls(doc["efforts"], doc["summary_fraction"])
+        spec = doc.get("compat_llmsim") or {}
+        return cls(doc["efforts"], doc["summary_fraction"], tuple(spec.get("accepted") or ()),
+                   spec.get("default"))
 
-    def effort(self, model: Model, requested: str | None, param: str) -> str | None:
-        """The effort that applies, or None for a model that does not reason."""
+    def effort(self, model: Model, requested: str | None, param: str, compat: str) -> str | None:
+        """The effort that applies, or None for a model that does not reason. `compat`
+        llmsim: the product spec's rules (`compat_llmsim` of reasoning.yaml) on top of the
+        model's; openai: the model's own accepted efforts and default (models.yaml)."""
         if not model.reasons:
             return None
-        effort = requested or model.default_effort
-        if effort not in model.efforts:
+        spec = compat == "llmsim"
+        effort = requested or (spec and self.spec_default) or model.default_effort
+        if effort not in model.efforts and not (spec and effort in self.spec_accepted):
+            accepted = [*model.efforts, *(e for e in self.spec_accepted if spec and e not in model.efforts)]
             raise InvalidRequestError(
                 f"Unsupported value: '{effort}' is not supported with the '{model.id}' model. "
-                f"Supported values are: {', '.join(repr(e) for e in model.efforts)}.",
+                f"Supported values are: {', '.join(repr(e) for e in accepted)}.",
                 param=param, code="unsupported_value")
         return effort
 
