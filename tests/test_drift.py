@@ -63,3 +63,11 @@ def test_fields_the_sdk_declares_but_were_not_sent_are_collected():
 def test_an_event_type_the_sdk_does_not_know_fails():
     with pytest.raises(AssertionError, match="no member of the SDK's union"):
         sdk_types.check_event({"type": "response.made_up", "sequence_number": 1})
+
+
+def test_responses_echo_prompt_cache_key_and_safety_identifier_null_when_unset(client):
+    unset = client.responses.with_raw_response.create(model="gpt-4o", input="hi").http_response.json()
+    given = client.responses.create(model="gpt-4o", input="hi", prompt_cache_key="pck-1",
+                                    safety_identifier="user-hash-1")
+    assert (unset["prompt_cache_key"], unset["safety_identifier"]) == (None, None)
+    assert (given.prompt_cache_key, given.safety_identifier) == ("pck-1", "user-hash-1")
