@@ -14,14 +14,17 @@ against the document is also parsed here into the SDK's pydantic model for the s
   model over everything checked in this process: the fields llmsim never sends.
 
 Public API: :func:`check` (by OpenAI schema name, as oai_schemas uses them),
-:func:`check_event`, :func:`missing`, :func:`unknown`, :func:`report`, :data:`KINDS`.
+:func:`check_event`, :func:`missing`, :func:`unknown`, :func:`report`, :func:`isolated`,
+:data:`KINDS`. With SDK_DRIFT_REPORT=1 in the environment, the test run ends with
+:func:`report` of everything checked (tests/conftest.py).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 import typing
-from typing import Any
+from typing import Any, Iterator
 
 import pydantic
 import typing_extensions
@@ -144,6 +147,26 @@ def reset() -> None:
     with _lock:
         _seen.clear()
         _unknown.clear()
+
+
+@contextlib.contextmanager
+def isolated(keep: bool = True) -> Iterator[None]:
+    """Collect into fresh tables inside the block (for a report of just its calls); what it
+    collected is added to the process-wide tables afterwards, unless `keep` is false."""
+    global _seen, _unknown
+    with _lock:
+        outer = (_seen, _unknown)
+        _seen, _unknown = {}, {}
+    try:
+        yield
+    finally:
+        with _lock:
+            inner = (_seen, _unknown) if keep else ({}, {})
+            _seen, _unknown = outer
+            for key, (cls, fields) in inner[0].items():
+                _seen.setdefault(key, (cls, set()))[1].update(fields)
+            for key, path in inner[1].items():
+                _unknown.setdefault(key, path)
 
 
 # --------------------------------------------------------------------------
