@@ -74,7 +74,8 @@ def responses_calls(client: openai.OpenAI, check: Callable) -> None:
     requests = [
         dict(model=MODEL, input="Say hello."),
         dict(model=REASONING_MODEL, input="Think, then answer.", reasoning={"effort": "low", "summary": "auto"}),
-        dict(model=REASONING_MODEL, input="Think briefly.", reasoning={"effort": "low"}),
+        dict(model=REASONING_MODEL, input="Think briefly.", reasoning={"effort": "low"},
+             include=["reasoning.encrypted_content"], store=False),
         dict(model=MODEL, input=ASK, tools=[FUNCTION], tool_choice="required"),
         dict(model=MODEL, input="Be brief.", instructions="Answer in one word.", max_output_tokens=16,
              metadata={"k": "v"}, temperature=0.5),
@@ -134,7 +135,8 @@ def conversation_calls(client: openai.OpenAI, check: Callable) -> None:
     conversation = raw.http_response.json()
     check("ConversationResource", conversation, "conversations.create")
     cid = conversation["id"]
-    client.responses.create(model=MODEL, input="And now?", conversation=cid)
+    turn = client.responses.with_raw_response.create(model=MODEL, input="And now?", conversation=cid)
+    check("Response", turn.http_response.json(), "responses.create in a conversation")
     check("ConversationResource", client.conversations.with_raw_response.retrieve(cid).http_response.json(),
           "conversations.retrieve")
     page = client.conversations.items.with_raw_response.list(cid).http_response.json()
