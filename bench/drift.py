@@ -94,6 +94,13 @@ def responses_calls(client: openai.OpenAI, check: Callable) -> None:
     check("ResponseItemList", page, "responses.input_items.list")
     counted = client.responses.input_tokens.with_raw_response.count(model=MODEL, input="Count me.")
     check("TokenCountsResource", counted.http_response.json(), "responses.input_tokens.count")
+    background = client.responses.with_raw_response.create(model=MODEL, input="Later.", background=True)
+    check("Response", background.http_response.json(), "responses.create background")
+    try:
+        cancelled = client.responses.with_raw_response.cancel(background.http_response.json()["id"])
+        check("Response", cancelled.http_response.json(), "responses.cancel")
+    except openai.APIStatusError as exc:  # it may have finished already
+        check("ErrorResponse", exc.response.json(), "responses.cancel (finished)")
     client.responses.delete(created.id)
     try:
         client.responses.retrieve(created.id)

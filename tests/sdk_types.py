@@ -47,6 +47,10 @@ KINDS = {
     "ConversationItemList": "openai.types.conversations:ConversationItemList",
     "DeletedConversationResource": "openai.types.conversations:ConversationDeletedResource",
     "ErrorResponse": "sdk_types:ErrorEnvelope",
+    "WebhookResponseCompleted": "openai.types.webhooks:ResponseCompletedWebhookEvent",
+    "WebhookResponseFailed": "openai.types.webhooks:ResponseFailedWebhookEvent",
+    "WebhookResponseCancelled": "openai.types.webhooks:ResponseCancelledWebhookEvent",
+    "WebhookResponseIncomplete": "openai.types.webhooks:ResponseIncompleteWebhookEvent",
 }
 
 _lock = threading.Lock()
