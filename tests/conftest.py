@@ -109,3 +109,13 @@ def redis_url():
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(10)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """SDK_DRIFT_REPORT=1: end with the drift against openai.types of every body and event the
+    conformance checks saw (tests/sdk_types.py): fields llmsim never sent, fields unknown to the SDK."""
+    import os
+    import sys
+    if os.environ.get("SDK_DRIFT_REPORT") == "1" and "sdk_types" in sys.modules:
+        terminalreporter.section("drift against openai.types")
+        terminalreporter.write_line(sys.modules["sdk_types"].report())

@@ -13,6 +13,9 @@ points at schemas that do not exist. So this module picks the union member whose
 own ``type`` enum holds the instance's value, and rejects values no member claims
 (falling back to plain anyOf/oneOf when some member declares no ``type`` values).
 
+Every object that validates is then checked against the official SDK's own types too
+(tests/sdk_types.py), which follow the live API more closely than the frozen document.
+
 Deliberate departures from OpenAI's schema are listed in
 ``openapi/departures.yaml``; their ``normalize`` rules are applied to a copy of
 the instance before validating.
@@ -74,6 +77,7 @@ def validate(schema_name: str, instance: Any) -> None:
     errors = list(validator.iter_errors(normalized))
     if errors:
         raise AssertionError(_format_errors(schema_name, errors, applied))
+    _sdk_check(schema_name, instance)
 
 
 def validate_response_event(event: dict) -> None:
@@ -94,6 +98,7 @@ def validate_response_event(event: dict) -> None:
             f"OpenAI document has properties.type.enum == [{event_type!r}]"
         )
     validate(schema_name, event)
+    _sdk_check("ResponseStreamEvent", event)
 
 
 def validate_ws_error(event: dict) -> None:
@@ -128,6 +133,14 @@ def spec() -> dict:
     _load_spec()
     assert _spec is not None
     return _spec
+
+
+def _sdk_check(schema_name: str, instance: Any) -> None:
+    """The same object against the newest SDK's types (tests/sdk_types.py): it must parse,
+    and carry no field the SDK does not declare unless a departure excuses it."""
+    import sdk_types  # imports this module
+
+    sdk_types.check(schema_name, instance)
 
 
 # --------------------------------------------------------------------------
