@@ -59,6 +59,11 @@ class Settings:
     reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
     data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
+    webhook_urls: list | None = None    # where background responses' webhook events go (llmsim.state.webhooks)
+    webhook_secret: str | None = None   # whsec_<base64 key>: signs them (Standard Webhooks)
+    webhook_attempts: int = 5           # tries per delivery before it is dropped
+    webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
+    webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
 
     @property
     def templates_dir(self) -> Path:
@@ -117,9 +122,10 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
             values[name] = raw
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile", "store",
-                                                                  "trace", "stats_dir", "log_format", "data"):
+                                                                  "trace", "stats_dir", "log_format", "data",
+                                                                  "webhook_secret"):
             values[name] = raw
-        if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
+        if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
     return values
 
