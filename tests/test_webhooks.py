@@ -195,8 +195,11 @@ def test_the_delay_fault_holds_a_delivery_back(receiver):
         assert time.monotonic() - started >= 1.0
 
 
-def test_a_pending_delivery_is_sent_after_a_sigkill_and_restart_on_a_sqlite_store(receiver, tmp_path):
-    args = ("--profile", "instant", "--store", f"sqlite:{tmp_path / 'state.db'}", "--webhook-url", receiver.url,
+@pytest.mark.parametrize("kind", ["sqlite", "lmdb", "redis"])
+def test_a_pending_delivery_is_sent_after_a_sigkill_and_restart(kind, receiver, tmp_path, request):
+    store = {"sqlite": f"sqlite:{tmp_path / 'state.db'}", "lmdb": f"lmdb:{tmp_path / 'state.lmdb'}"}.get(kind) \
+        or request.getfixturevalue("redis_url")
+    args = ("--profile", "instant", "--store", store, "--webhook-url", receiver.url,
             "--webhook-secret", SECRET, "--webhook-backoff-s", "30")
     receiver.answers.append(500)                      # the first try fails; the retry is 30 s away
     crashed = LiveServer(*args)
@@ -215,3 +218,29 @@ def test_a_pending_delivery_is_sent_after_a_sigkill_and_restart_on_a_sqlite_stor
         while webhook_stats(restarted)["delivered"] < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert webhook_stats(restarted)["delivered"] == 1
+    with LiveServer(*args):                           # delivered: the outbox no longer holds it
+        time.sleep(1)
+        assert len(receiver.deliveries(queued.id)) == 2
+
+
+def test_webhook_urls_without_a_secret_are_a_configuration_error(receiver):
+    with pytest.raises(RuntimeError, match="configuration error: webhook_secret"):
+        LiveServer("--profile", "instant", "--webhook-url", receiver.url)
+
+
+@pytest.mark.parametrize("secret, message", [("whsec_not*base64", "not valid base64"),
+                                             (None, "need a signing secret")])
+def test_a_bad_webhook_configuration_fails_at_start(secret, message):
+    from llmsim.app import create_app
+    from llmsim.errors import ConfigError
+    from llmsim.settings import Settings
+    with pytest.raises(ConfigError, match=message):
+        create_app(Settings(webhook_urls=["http://127.0.0.1:9/hook"], webhook_secret=secret))
+
+
+def test_webhook_urls_come_from_the_environment_as_a_comma_list():
+    from llmsim.settings import Settings
+    settings = Settings.load({}, environ={"LLMSIM_WEBHOOK_URLS": "http://127.0.0.1:1/a, http://127.0.0.1:2/b",
+                                         "LLMSIM_WEBHOOK_SECRET": "12345"})
+    assert settings.webhook_urls == ["http://127.0.0.1:1/a", "http://127.0.0.1:2/b"]
+    assert settings.webhook_secret == "12345"
