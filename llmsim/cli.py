@@ -80,6 +80,14 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--base-path", dest="base_paths", action="append",
                        help="mount the API under this prefix (repeatable; default /openai/v1 and /v1; "
                        "'' mounts /responses, /chat/completions, ... without one)")
+    serve.add_argument("--webhook-url", dest="webhook_urls", action="append",
+                       help="send background responses' webhook events to this URL (repeatable)")
+    serve.add_argument("--webhook-secret", help="sign webhook events with this secret (whsec_...)")
+    serve.add_argument("--webhook-attempts", type=int, help="tries per webhook delivery (default 5)")
+    serve.add_argument("--webhook-backoff-s", type=float,
+                       help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
+    serve.add_argument("--webhook-faults", type=_yaml,
+                       help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
     return p
 
 

@@ -64,6 +64,12 @@ class Settings:
     responses_done: bool = False        # end Responses SSE streams with `data: [DONE]`
     base_paths: tuple = ("/openai/v1", "/v1")   # where the API document's routes are mounted ("": bare)
 
+    webhook_urls: list | None = None    # where background responses' webhook events go (llmsim.state.webhooks)
+    webhook_secret: str | None = None   # whsec_<base64 key>: signs them (Standard Webhooks)
+    webhook_attempts: int = 5           # tries per delivery before it is dropped
+    webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
+    webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
@@ -126,9 +132,10 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
             values[name] = raw
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile", "store",
-                                                                  "trace", "stats_dir", "log_format", "data"):
+                                                                  "trace", "stats_dir", "log_format", "data",
+                                                                  "webhook_secret"):
             values[name] = raw
-        if name == "api_keys" and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
+        if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
     return values
 

@@ -55,6 +55,7 @@ class Front:
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error
         self.eager_ok = not sim.store.needs_task
+        self.webhooks = sim.state.webhooks
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -78,9 +79,11 @@ class Front:
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
             self.observer.serving()
+            self.webhooks.serving()
             try:
                 await self.app(scope, receive, send)
             finally:
+                await self.webhooks.stopped()
                 self.observer.stopped()
         else:
             await self.app(scope, receive, send)

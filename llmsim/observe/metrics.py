@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.utils import floatToGoString
 
 from llmsim.observe.stats import BOUNDS
-from llmsim.observe.statsview import combined
+from llmsim.observe.statsview import WEBHOOK_OUTCOMES, combined
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4   # the classic text format vLLM serves
 EXPORT_BOUNDS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
@@ -86,6 +86,10 @@ def families(merged: dict, now: float | None = None) -> list:
         for kind, value in sorted(table.items()):
             errors.add_metric([kind, injected], value)
     out.append(errors)
+    out.append(_labelled(CounterMetricFamily, "llmsim_webhook_deliveries", "Webhook deliveries by "
+                         "outcome: queued (an event for one URL), sent (attempts), failed (attempts "
+                         "without a 2xx), delivered, dropped (attempts used up)", "outcome",
+                         {name: merged["webhooks"].get(name, 0) for name in WEBHOOK_OUTCOMES}))
     out += [
         _histogram("llmsim_time_to_first_token_seconds", "Simulated time to first token",
                    combined(models, "ttft")),

@@ -245,6 +245,7 @@ class Stats:
         self.endpoints: dict[str, list[int]] = {}           # name -> [requests, streaming, errors]
         self.errors: dict[str, int] = {}
         self.injected: dict[str, int] = {}
+        self.webhooks: dict[str, int] = {}                  # deliveries by outcome (webhook())
         self.models: dict[str, ModelStats] = {}
         self.http = Histogram()
         self.ring = Ring()
@@ -388,6 +389,12 @@ class Stats:
             if ex is None or ex.kind == WEBSOCKET:
                 self.ring.add(int(time.time()), 0, 0, 1)
 
+    def webhook(self, outcome: str) -> None:
+        """A webhook delivery's step (llmsim.state.webhooks): `queued` (one event for one URL),
+        `sent` (an attempt), `failed` (an attempt without a 2xx), `delivered`, `dropped`."""
+        if self.enabled:
+            self.webhooks[outcome] = self.webhooks.get(outcome, 0) + 1
+
     def _count_error(self, kind: str, injected: bool) -> None:
         table = self.injected if injected else self.errors
         table[kind] = table.get(kind, 0) + 1
@@ -401,7 +408,7 @@ class Stats:
             "active_streams": self.active_streams, "ws_connections": self.ws_connections,
             "ws_active": self.ws_active, "ws_turns": self.ws_turns, "status": {f"{i}xx" if i else "none": n for i, n in enumerate(self.status) if n},
             "endpoints": {k: list(v) for k, v in self.endpoints.items()},
-            "errors": dict(self.errors), "injected": dict(self.injected),
+            "errors": dict(self.errors), "injected": dict(self.injected), "webhooks": dict(self.webhooks),
             "models": {k: m.snapshot() for k, m in self.models.items()},
             "http": self.http.snapshot(),
             "lateness": (self.lateness or Histogram()).snapshot(),

@@ -20,7 +20,8 @@ TIMELINE = 60
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 GAUGES = ("active", "active_streams", "ws_active")
 COUNTERS = ("requests", "streaming", "ws_connections", "ws_turns") + GAUGES
-TABLES = ("status", "errors", "injected")
+TABLES = ("status", "errors", "injected", "webhooks")
+WEBHOOK_OUTCOMES = ("queued", "sent", "failed", "delivered", "dropped")
 MODEL_COUNTERS = ("requests", "prompt", "completion", "reasoning", "running")
 MODEL_HISTOGRAMS = ("ttft", "itl", "e2e")
 
@@ -186,6 +187,7 @@ def view(merged: dict, now: float | None = None) -> dict:
     lateness = percentiles_ms(merged["lateness"], extra=True)
     return {
         **{name: merged[name] for name in ("enabled", "workers", *COUNTERS, *TABLES)},
+        "webhooks": {name: merged["webhooks"].get(name, 0) for name in WEBHOOK_OUTCOMES},
         "uptime_s": round(now - merged["started"], 3),
         "running": sum(m["running"] for m in models.values()),
         "error_total": sum(merged["errors"].values()) + sum(merged["injected"].values()),

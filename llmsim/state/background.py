@@ -80,6 +80,8 @@ class Recorder(Protocol):
 
     async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot) -> None: ...
 
+    async def ended(self, snapshot: dict) -> None: ...
+
 
 class Jobs:
     """The background responses running in this process."""
@@ -113,6 +115,7 @@ class Jobs:
                 job.publish(frames)
                 if snapshot is not None and snapshot.get("status") not in ACTIVE:
                     await self.state.conclude(body, prior, own, snapshot)
+                    await self.state.ended(snapshot)
         except asyncio.CancelledError:
             pass
         except Exception:

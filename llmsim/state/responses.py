@@ -26,6 +26,7 @@ from llmsim.sim import inputs
 from llmsim.state.background import Jobs
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
+from llmsim.state.webhooks import Webhooks
 
 # Item types whose ids have a format of their own (llmsim/data/ids.yaml); others get `item`'s.
 ITEM_KINDS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
@@ -81,6 +82,7 @@ class ResponseState:
         self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
         self._put_replay = getattr(self.store, "put_replay", None)
         self.jobs = Jobs(sim, self)
+        self.webhooks = Webhooks(sim, self.store)
 
     def render(self, shape: str, **values) -> Any:
         """A stored shape's value (rendered by the template's generated JSON writer)."""
@@ -191,6 +193,11 @@ class ResponseState:
             response = orjson.loads(snapshot) if snapshot.__class__ is bytes else snapshot
             await self.store.add_items(prior.conversation, [*self.shaped(own), *(response.get("output") or [])])
 
+    async def ended(self, snapshot: dict) -> None:
+        """A background response ended (completed, failed, incomplete; a cancel says so itself):
+        its webhook events."""
+        await self.webhooks.ended(snapshot)
+
     def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict],
                  replay: Replay | None = None) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends
@@ -253,6 +260,7 @@ class ResponseState:
             [(_, frame)] = self.shapes.frames(response=cancelled, first_seq=record.events)
             if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
                 self.jobs.interrupt(response_id)
+                await self.webhooks.ended(cancelled)
                 return cancelled
         raise ServerError("The response changed too often to be cancelled; please retry.")
 

@@ -207,6 +207,15 @@ class Store(Protocol):
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool: ...
 
+    async def outbox_put(self, key: str, entry: bytes) -> None:
+        """Keep a pending webhook delivery (llmsim.state.webhooks) until `outbox_delete`:
+        never evicted, never expired."""
+
+    async def outbox_delete(self, key: str) -> None: ...
+
+    async def outbox(self) -> list[bytes]:
+        """Every pending delivery (what a restarted server sends)."""
+
     async def flush(self) -> None:
         """Wait until every call made so far is done."""
 

@@ -20,6 +20,7 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
   -> position;
 - `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
   entry's n is one more than the newest's;
+- `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
 - `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
@@ -399,6 +400,16 @@ class LmdbStore:
             return position is not None
         return await self._write(delete)
 
+    # ---- pending webhook deliveries -----------------------------------------------------
+    async def outbox_put(self, key: str, entry: bytes) -> None:
+        await self._write(lambda txn: txn.put(key.encode(), entry, db=self.db["outbox"]) and None)
+
+    async def outbox_delete(self, key: str) -> None:
+        await self._write(lambda txn: txn.delete(key.encode(), db=self.db["outbox"]) and None)
+
+    async def outbox(self) -> list[bytes]:
+        return self._read(lambda txn: [bytes(value) for _, value in txn.cursor(db=self.db["outbox"])])
+
     async def flush(self) -> None:
         """Commit the writes still waiting (every call is done when it returns)."""
         self._commit()
@@ -418,12 +429,13 @@ def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
     real = str(Path(path).resolve())
     if real not in _OPEN:
         try:                                  # (the store made the directory)
-            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=8, sync=False, metasync=False,
+            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=16, sync=False, metasync=False,
                             writemap=True, readahead=False, max_readers=512)
         except (OSError, lmdb.Error) as exc:
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
-                  ("responses", "frames", "conversations", "items", "item_ids", "order", "meta")}
+                  ("responses", "frames", "conversations", "items", "item_ids", "order", "meta",
+                                    "outbox")}
         _check_format(env, tables, path)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]

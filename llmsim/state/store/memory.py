@@ -70,6 +70,7 @@ class MemoryStore:
         self._responses: OrderedDict[str, _Response] = OrderedDict()
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._writes = 0
+        self._outbox: dict[str, bytes] = {}
 
     # ---- plumbing --------------------------------------------------------------------
     def _live(self, table: dict, entry_id: str):
@@ -221,6 +222,16 @@ class MemoryStore:
         del live.items[position]
         self._wrote()
         return True
+
+    # ---- pending webhook deliveries (gone with the process, as everything here) -------------
+    async def outbox_put(self, key: str, entry: bytes) -> None:
+        self._outbox[key] = entry
+
+    async def outbox_delete(self, key: str) -> None:
+        self._outbox.pop(key, None)
+
+    async def outbox(self) -> list[bytes]:
+        return list(self._outbox.values())
 
     async def flush(self) -> None:
         """Nothing waits: every call is done when it returns."""

@@ -3,7 +3,7 @@ machines behind one load balancer.
 
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
-`conv:<id>:order` the list of item ids. `resp:order` / `conv:order` are sorted sets of ids by
+`conv:<id>:order` the list of item ids, `outbox` a hash of pending webhook deliveries. `resp:order` / `conv:order` are sorted sets of ids by
 creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
 shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
@@ -368,6 +368,16 @@ class RedisStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
         return bool(await self._delete_item(args=[conversation_id, item_id]))
+
+    # ---- pending webhook deliveries -----------------------------------------------------
+    async def outbox_put(self, key: str, entry: bytes) -> None:
+        await self.redis.hset(f"{PREFIX}outbox", key, entry)
+
+    async def outbox_delete(self, key: str) -> None:
+        await self.redis.hdel(f"{PREFIX}outbox", key)
+
+    async def outbox(self) -> list[bytes]:
+        return list((await self.redis.hgetall(f"{PREFIX}outbox")).values())
 
     async def close(self) -> None:
         await self.flush()

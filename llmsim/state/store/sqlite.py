@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS items (
     conversation_n INTEGER NOT NULL REFERENCES conversations (n) ON DELETE CASCADE,
     pos INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, item BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS items_by_conversation ON items (conversation_n, id);
+CREATE TABLE IF NOT EXISTS outbox (key TEXT PRIMARY KEY, entry BLOB NOT NULL);
 """
 
 
@@ -554,6 +555,17 @@ class SqliteStore:
             return n is not None and tx.db.execute("DELETE FROM items WHERE conversation_n = ? AND id = ?",
                                                    (n, item_id)).rowcount > 0
         return await self._write(delete)
+
+    # ---- pending webhook deliveries -----------------------------------------------------
+    async def outbox_put(self, key: str, entry: bytes) -> None:
+        await self._write(lambda tx: tx.db.execute("INSERT OR REPLACE INTO outbox (key, entry) VALUES (?,?)",
+                                                   (key, entry)) and None)
+
+    async def outbox_delete(self, key: str) -> None:
+        await self._write(lambda tx: tx.db.execute("DELETE FROM outbox WHERE key = ?", (key,)) and None)
+
+    async def outbox(self) -> list[bytes]:
+        return await self._run(lambda tx: [row[0] for row in tx.db.execute("SELECT entry FROM outbox")])
 
     async def close(self) -> None:
         """Finish every call, then close the connections (a later call opens them again)."""
