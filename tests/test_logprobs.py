@@ -126,6 +126,15 @@ def test_chat_top_logprobs_out_of_range_is_a_400_naming_it(client, server, value
     assert check_error(raw, 400)["param"] == "top_logprobs"
 
 
+def test_chat_cut_by_a_content_filter_keeps_the_logprobs_of_the_text_it_kept(client):
+    completion = chat(client, top_logprobs=1,
+                      extra_headers={"x-llmsim-fault": "content_filter;after_tokens=3"})
+    choice = completion.choices[0]
+    assert choice.finish_reason == "content_filter"
+    assert len(choice.logprobs.content) == 3
+    check_entries(choice.logprobs.content, choice.message.content, 1)
+
+
 # ---- Responses ----------------------------------------------------------------------------
 def test_responses_output_text_part_carries_logprobs(client):
     raw = client.responses.with_raw_response.create(model="gpt-4o", input="Say hello", include=INCLUDE,
@@ -136,6 +145,15 @@ def test_responses_output_text_part_carries_logprobs(client):
     [part] = response.output[0].content
     check_entries(part.logprobs, part.text, 2)
     assert len(part.logprobs) == response.usage.output_tokens
+
+
+def test_responses_cut_by_a_content_filter_keeps_the_logprobs_of_the_text_it_kept(client):
+    response = client.responses.create(model="gpt-4o", input="Say hello", include=INCLUDE,
+                                       extra_headers={"x-llmsim-fault": "content_filter;after_tokens=4"})
+    assert response.incomplete_details.reason == "content_filter"
+    [part] = response.output[0].content
+    assert len(part.logprobs) == 4
+    check_entries(part.logprobs, part.text, 0)
 
 
 def test_responses_without_the_include_carry_empty_logprobs(client):

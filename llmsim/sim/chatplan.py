@@ -49,7 +49,7 @@ class Chunk(NamedTuple):
     it. The stream template unpacks each (chat.yaml), so a plain tuple of these seven serves
     as well (`text_chunks` makes those: cheaper to build). A content chunk of a choice with
     logprobs carries its token's entry in `logprob`."""
-    kind: str                              # role | content | tool_call | arguments | finish
+    kind: str                              # role | content | content_logprobs | tool_call | arguments | finish
     choice: Choice
     at: float
     text: str = ""
@@ -274,7 +274,7 @@ def text_chunks(choice: Choice) -> Iterator[tuple]:
             yield "content", choice, at, text, None, 0, None
     else:
         for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs):
-            yield "content", choice, at, text, None, 0, entry
+            yield "content_logprobs", choice, at, text, None, 0, entry
     yield "finish", choice, choice.end_at, "", None, 0, None
 
 
@@ -283,8 +283,11 @@ def merged_chunks(choices: list[Choice]) -> list[Chunk]:
     out = []
     for choice in choices:
         out.append(Chunk("role", choice, choice.first_at))
-        out += [Chunk("content", choice, at, text, logprob=entry)
-                for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs or [None] * len(choice.pieces))]
+        if choice.logprobs is None:
+            out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
+        else:
+            out += [Chunk("content_logprobs", choice, at, text, logprob=entry)
+                    for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs)]
         for n, call in enumerate(choice.tool_calls):
             out.append(Chunk("tool_call", choice, call.start_at, call=call, call_index=n))
             for fragment in call.fragments:
