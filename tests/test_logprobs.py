@@ -3,9 +3,13 @@
 streams. Every body and event is checked against OpenAI's schema (and ours)."""
 from __future__ import annotations
 
+import asyncio
+import json
+
 import httpx
 import openai
 import pytest
+from websockets.asyncio.client import connect
 
 import oai_schemas
 import sse
@@ -72,11 +76,6 @@ def test_chat_body_has_one_entry_per_token_concatenating_to_the_content(client):
 def test_chat_without_top_logprobs_gives_entries_with_no_alternatives(client):
     choice = chat(client).choices[0]
     check_entries(choice.logprobs.content, choice.message.content, 0)
-
-
-def test_chat_without_logprobs_answers_null(client):
-    completion = client.chat.completions.create(model="gpt-4o", messages=HELLO, top_logprobs=3)
-    assert completion.choices[0].logprobs is None
 
 
 def test_chat_chosen_token_is_the_most_likely_at_temperature_one(client):
@@ -175,6 +174,20 @@ def test_responses_stream_deltas_and_done_carry_logprobs(server):
     check_entries(part_done.part.logprobs, done.text, 3)
     final = events[-1].response.output[0].content[0]
     assert [e.model_dump() for e in final.logprobs] == [e.model_dump() for e in part_done.part.logprobs]
+
+
+async def test_responses_over_a_websocket_deltas_carry_logprobs(server):
+    url = server.url.replace("http://", "ws://") + "/v1/responses"
+    events = []
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": "gpt-4o", "input": "hi",
+                                  "include": INCLUDE, "top_logprobs": 2}))
+        while not events or events[-1]["type"] != "response.completed":
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            oai_schemas.validate_response_event(events[-1])
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all([entry["token"] for entry in e["logprobs"]] == [e["delta"]] for e in deltas)
+    assert all(len(e["logprobs"][0]["top_logprobs"]) == 2 for e in deltas)
 
 
 @pytest.mark.parametrize("value", [21, -1])
