@@ -23,7 +23,7 @@ def sim():
 
 def kinds_and_times(chunks):
     """(kind, at, text) of each chunk: the fields of chatplan.Chunk, which a plain tuple has too."""
-    return [(kind, at, text) for kind, _, at, text, _, _ in chunks]
+    return [(kind, at, text) for kind, _, at, text, *_ in chunks]
 
 
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b["model"])

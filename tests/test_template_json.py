@@ -195,6 +195,26 @@ stream:
     assert frames[0].startswith(b"event: delta\ndata: ") and frames[0].endswith(b"\n\n")
 
 
+def test_an_object_named_by_an_expression_may_pick_one_that_loops_among_flat_ones(compile_one):
+    t = compile_one("""
+objects:
+  kind_text: {text: "{{ text }}"}
+  kind_list: {items: {$for: "x in text", $do: "{{ x }}"}}
+  kind_stop: {stop: true}
+stream:
+  - for: "kind, text in items"
+    steps:
+      - event: delta
+        data: {choices: [{$object: "kind_{{ kind }}"}]}
+""")
+    items = [("text", "a"), ("list", "bc"), ("stop", None), ("text", "d")]
+    frames = [frame for _, frame in t.frames(items=items)]
+    assert frames == [frame for _, frame in sse.framed(t.events(items=items))]
+    assert [orjson.loads(f.split(b"data: ", 1)[1]) for f in frames] == [
+        {"choices": [{"text": "a"}]}, {"choices": [{"items": ["b", "c"]}]},
+        {"choices": [{"stop": True}]}, {"choices": [{"text": "d"}]}]
+
+
 def test_a_loop_over_request_data_is_written_anew_when_it_reads_what_each_event_binds(compile_one):
     t = compile_one("""
 stream:

@@ -24,7 +24,8 @@ writes the default as constant JSON when the field is absent. An `$object` with 
 name is inlined too, its `$with` variables bound to locals (one whose object only writes
 it out whole holds its JSON bytes), unless the object loops or names objects by
 expression: then its own function is called. One named by
-`"prefix{{ dotted.name }}suffix"` inlines each object the name can pick, chosen by value. The generated
+`"prefix{{ dotted.name }}suffix"` inlines each object the name can pick that could be inlined
+(the others are called), chosen by value. The generated
 function gives the same bytes as the closure writer of `jsonwriter` (the same language and
 lookup rule, llmsim.pyexpr; tests/test_template_expressions.py checks it against jinja). When
 it raises, the value has a template error: the closure names it, and it is logged with its
@@ -621,14 +622,17 @@ class JsonCodegen:
         return (dotted, picks) if picks and len(picks) <= self.MAX_PICKS else None
 
     def _inline_choice(self, name: Any, where: str) -> Gen | None:
-        """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`) when every object the name
-        can pick is inlinable: each written in place, picked by comparing the value with its
-        part of the name (a chat chunk's `kind`: no call per chunk), and any other value
-        looked up as before."""
+        """`$object: "prefix{{ dotted.name }}suffix"` (no `$with`): each inlinable object the
+        name can pick written in place, picked by comparing the value with its part of the
+        name (a chat chunk's `kind`: no call per chunk), and any other value (one naming an
+        object that loops, say) looked up as before."""
         found = self.picks(name)
-        if found is None or not all(self._inlinable(o, set()) for o in found[1].values()):
+        if found is None:
             return None
-        dotted, picks = found
+        dotted, every = found
+        picks = {part: obj for part, obj in every.items() if self._inlinable(obj, set())}
+        if not picks:
+            return None
         value = self.value_code("{{" + dotted + "}}", f"{where}.$object")
         v = f"_v{next(self._ids)}"
         tests, gens = [], []
@@ -637,8 +641,8 @@ class JsonCodegen:
             tests.append(f"({v} := {value}) == {part!r}" if i == 0 else f"{v} == {part!r}")
         for reads in self._reads:           # the fallback's reads are not tracked here
             reads.add("__opaque__")
-        # any other value names no object (the fallback raises): omitted only if a pick omits
-        omittable = any(self._object_may_omit(obj, set()) for obj in picks.values())
+        # other values call the object they name (or raise): omitted only if some pick omits
+        omittable = any(self._object_may_omit(obj, set()) for obj in every.values())
         return _chosen(tuple(tests), tuple(gens), f"{self._object_function(name, False, where)}(ctx)",
                        omittable)
 

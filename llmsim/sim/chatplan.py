@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, tokens, toolcalls
+from llmsim.sim import inputs, latency, logprobs, textgen, tokens, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, visible_text
 
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -41,18 +41,21 @@ class Choice(TimedPieces):
     end_at: float
     visible_tokens: int
     reasoning_tokens: int
+    logprobs: list[logprobs.TokenLogprob] | None = None   # requested: one per piece ([] for calls)
 
 
 class Chunk(NamedTuple):
     """One streamed chunk; `kind` names the template object `chat_{kind}_choice` that renders
-    it. The stream template unpacks each (chat.yaml), so a plain tuple of these six serves
-    as well (`text_chunks` makes those: cheaper to build)."""
-    kind: str                              # role | content | tool_call | arguments | finish
+    it. The stream template unpacks each (chat.yaml), so a plain tuple of these seven serves
+    as well (`text_chunks` makes those: cheaper to build). A content chunk of a choice with
+    logprobs carries its token's entry in `logprob`."""
+    kind: str                              # role | content | content_logprobs | tool_call | arguments | finish
     choice: Choice
     at: float
     text: str = ""
     call: toolcalls.FunctionCall | None = None
     call_index: int = 0
+    logprob: logprobs.TokenLogprob | None = None
 
 
 @dataclass(slots=True)
@@ -166,7 +169,12 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     usage = Usage.make(prompt_tokens, visible, reasoning, ctx.settings.usage)
     tier = body.get("service_tier")
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
-    return ChatPlan(ctx.ids.make("chat_completion", ctx.rng), ctx.created_at, body["model"], body, choices,
+    plan_id = ctx.ids.make("chat_completion", ctx.rng)
+    if body.get("logprobs"):          # drawn last: the rest of the plan is the same without them
+        for choice in choices:
+            choice.logprobs = logprobs.make(choice.pieces, body.get("top_logprobs") or 0,
+                                            body.get("temperature"), ctx.rng, model.encoding)
+    return ChatPlan(plan_id, ctx.created_at, body["model"], body, choices,
                     usage, first_at, end_at, effort, include_usage,
                     "default" if tier in (None, "auto") else tier)
 
@@ -261,10 +269,14 @@ def _shift(choice: Choice, delta: float) -> None:
 def text_chunks(choice: Choice) -> Iterator[tuple]:
     """A choice without tool calls, chunk by chunk (`Chunk`'s fields): role, content (times
     only grow), finish."""
-    yield "role", choice, choice.first_at, "", None, 0
-    for text, at in zip(choice.pieces, choice.times):
-        yield "content", choice, at, text, None, 0
-    yield "finish", choice, choice.end_at, "", None, 0
+    yield "role", choice, choice.first_at, "", None, 0, None
+    if choice.logprobs is None:
+        for text, at in zip(choice.pieces, choice.times):
+            yield "content", choice, at, text, None, 0, None
+    else:
+        for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs):
+            yield "content_logprobs", choice, at, text, None, 0, entry
+    yield "finish", choice, choice.end_at, "", None, 0, None
 
 
 def merged_chunks(choices: list[Choice]) -> list[Chunk]:
@@ -272,7 +284,11 @@ def merged_chunks(choices: list[Choice]) -> list[Chunk]:
     out = []
     for choice in choices:
         out.append(Chunk("role", choice, choice.first_at))
-        out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
+        if choice.logprobs is None:
+            out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
+        else:
+            out += [Chunk("content_logprobs", choice, at, text, logprob=entry)
+                    for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs)]
         for n, call in enumerate(choice.tool_calls):
             out.append(Chunk("tool_call", choice, call.start_at, call=call, call_index=n))
             for fragment in call.fragments:

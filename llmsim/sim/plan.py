@@ -14,8 +14,11 @@ from typing import Any, Iterator
 
 from llmsim.ids import Ids
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, toolcalls
+from llmsim.sim import inputs, latency, logprobs, textgen, toolcalls
 from llmsim.sim.models import Model
+
+
+LOGPROBS = "message.output_text.logprobs"     # the `include` value that asks for logprobs
 
 
 @dataclass(slots=True)
@@ -44,17 +47,25 @@ class ReasoningItem:
 
 class TimedPieces:
     """Visible text as `pieces` (one per token) and their due `times`; a stream template
-    walks `timed_pieces`, (piece, due time) pairs, which no object per token is made for."""
+    walks `timed_pieces`, (piece, due time) pairs, which no object per token is made for.
+    `logprobs` (None unless the request asked for them) holds one entry per piece
+    (llmsim.sim.logprobs.TokenLogprob); `timed_logprobs` walks (piece, due time, entry)."""
     __slots__ = ()
 
     @property
     def timed_pieces(self) -> Iterator[tuple[str, float]]:
         return zip(self.pieces, self.times)
 
+    @property
+    def timed_logprobs(self) -> Iterator[tuple[str, float, Any]]:
+        return zip(self.pieces, self.times, self.logprobs or ())
+
     def keep(self, k: int) -> None:
         """Only the first k tokens (and the text they make)."""
         self.pieces, self.times = self.pieces[:k], self.times[:k]
         self.text = "".join(self.pieces)
+        if self.logprobs is not None:
+            self.logprobs = self.logprobs[:k]
 
     def shift(self, delta: float) -> None:
         """Every token `delta` seconds later."""
@@ -70,6 +81,7 @@ class MessageItem(TimedPieces):
     start_at: float
     status: str = "completed"
     kind: str = "message"
+    logprobs: list | None = None
 
 
 @dataclass(slots=True)
@@ -189,6 +201,9 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
     message = MessageItem(ctx.ids.make("message", rng), text.text, text.pieces, sched.token_times,
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
+    if LOGPROBS in (body.get("include") or ()):
+        message.logprobs = logprobs.make(text.pieces, body.get("top_logprobs") or 0,
+                                         body.get("temperature"), rng, model.encoding)
     output.append(message)
     usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage)
     return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
