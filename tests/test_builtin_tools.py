@@ -124,6 +124,22 @@ def test_web_search_through_the_sdk_stream_helper(server):
     assert all(text.text[a.start_index:a.end_index] for a in text.annotations) and text.annotations
 
 
+def test_web_search_over_a_websocket_sends_the_same_events(client):
+    with client.responses.connect() as conn:
+        conn.response.create(model="gpt-4o", input=ASK, tools=[WEB_SEARCH], tool_choice="required")
+        events = []
+        for event in conn:
+            data = event.to_dict()
+            oai_schemas.validate_response_event(data)
+            events.append(data)
+            if data["type"] in ("response.completed", "response.incomplete", "error"):
+                break
+    kinds = [e["type"] for e in events]
+    assert kinds.index("response.web_search_call.completed") < kinds.index("response.output_text.delta")
+    assert "response.output_text.annotation.added" in kinds
+    assert [i["type"] for i in events[-1]["response"]["output"]] == ["web_search_call", "message"]
+
+
 # ---- required, auto, and the choice of a tool ---------------------------------------------------
 ALL_BUILT_IN = [WEB_SEARCH, FILE_SEARCH, CODE, IMAGE, MCP]
 BUILT_IN_ITEMS = {"web_search_call", "file_search_call", "code_interpreter_call",
@@ -300,3 +316,49 @@ def test_every_built_in_item_validates_against_openai(client, tool):
         include=["file_search_call.results", "code_interpreter_call.outputs", "web_search_call.action.sources"])
     for item in body["output"]:
         oai_schemas.validate("OutputItem", item)
+
+
+# ---- the plan: timing, and the same bytes from the generated writers ----------------------------
+@pytest.fixture(scope="module")
+def sim():
+    from llmsim.clock import FakeClock
+    from llmsim.render.jsoncodegen import JsonCodegen
+    from llmsim.settings import Settings
+    from llmsim.simulator import Simulator
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(JsonCodegen, "GUARDED", False)
+        return Simulator.load(Settings(profile="gpt-4o", seed=5, target_tokens=20), FakeClock())
+
+
+def plan_for(sim, tool: dict, **extra):
+    from llmsim.sim import plan as planning
+    choice = {"type": tool["type"], **({"server_label": "docs"} if tool["type"] == "mcp" else {})}
+    body = {"model": "gpt-4o", "input": ASK, "tools": [tool], "tool_choice": choice, **extra}
+    return body, planning.plan_response(body, sim.context("gpt-4o"), [])
+
+
+@pytest.mark.parametrize("tool", ALL_BUILT_IN, ids=lambda t: t["type"])
+def test_the_message_starts_after_the_tool_is_done(sim, tool):
+    _, plan = plan_for(sim, tool)
+    *items, message = plan.output
+    assert message.kind == "message" and items
+    at = 0.0
+    for item in items:
+        assert at <= item.start_at <= item.end_at
+        for step in [*getattr(item, "deltas", []), *getattr(item, "partials", [])]:
+            assert item.start_at <= step.at <= item.end_at
+        at = item.end_at
+    assert items[-1].end_at <= message.times[0] <= message.times[-1] == plan.end_at
+
+
+@pytest.mark.parametrize("tool", ALL_BUILT_IN, ids=lambda t: t["type"])
+def test_generated_writers_give_the_serialised_values(sim, tool):
+    from llmsim.render.jsonbytes import dumps
+    body, plan = plan_for(sim, tool, stream=True, include=["file_search_call.results",
+                                                          "code_interpreter_call.outputs"])
+    template = sim.templates["responses"]
+    assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
+    events = list(template.events(plan=plan, req=body))
+    assert all(e.json == dumps(e.data) for e in events)
+    for event in events:
+        oai_schemas.validate_response_event(event.data)
