@@ -14,6 +14,7 @@ import pytest
 
 import oai_schemas
 import sse
+from counting import count
 from our_spec import check_events, check_exchange, check_response_body
 
 WEB_SEARCH = {"type": "web_search"}
@@ -88,12 +89,25 @@ def test_web_search_sources_are_listed_only_when_included(client):
     assert cited == {s["url"] for s in body["output"][0]["action"]["sources"]}
 
 
-def test_web_search_usage_counts_the_text_only(client):
-    _, body = create(client, tools=[WEB_SEARCH], tool_choice={"type": "web_search"}, max_output_tokens=16)
-    assert body["usage"]["output_tokens"] == 16
+@pytest.mark.parametrize("tool", [WEB_SEARCH, CODE, MCP], ids=lambda t: t["type"])
+def test_output_tokens_are_the_exact_count_of_the_text(client, tool):
+    response, _ = create(client, tools=[tool], tool_choice="required")
+    assert response.output[0].type != "message"
+    assert response.usage.output_tokens == count(response.output_text, "gpt-4o")
+
+
+@pytest.mark.parametrize("cut", [{"max_output_tokens": 16},
+                                 {"extra_headers": {"x-llmsim-fault": "content_filter;after_tokens=12"}}],
+                         ids=["max_output_tokens", "content_filter"])
+def test_a_cut_text_keeps_only_citations_within_it(client, cut):
+    _, body = create(client, tools=[WEB_SEARCH], tool_choice={"type": "web_search"}, **cut)
     assert body["status"] == "incomplete"
-    for annotation in body["output"][1]["content"][0]["annotations"]:
-        assert annotation["end_index"] <= len(body["output_text"])
+    text = body["output"][1]["content"][0]
+    assert text["text"] == body["output_text"] and body["usage"]["output_tokens"] == count(text["text"], "gpt-4o")
+    for annotation in text["annotations"]:
+        assert 0 <= annotation["start_index"] < annotation["end_index"] <= len(text["text"])
+    if "max_output_tokens" in cut:
+        assert text["annotations"]
 
 
 def test_web_search_stream_events_are_in_order(server):

@@ -157,7 +157,8 @@ def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) 
 
 def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
                   generate: bool = True) -> Plan:
-    """Plan a Responses API answer (reasoning item, then the message).
+    """Plan a Responses API answer (reasoning item, a built-in tool's items, then the message;
+    or reasoning and function calls).
 
     `history` is the conversation a `previous_response_id` continues (it counts as input);
     `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
