@@ -376,3 +376,32 @@ def test_generated_writers_give_the_serialised_values(sim, tool):
     assert all(e.json == dumps(e.data) for e in events)
     for event in events:
         oai_schemas.validate_response_event(event.data)
+
+
+def test_the_image_is_fixed_by_the_seed(live_server_factory):
+    def image(seed: str) -> str:
+        client = live_server_factory("--profile", "instant", "--seed", seed).client()
+        response = client.responses.create(model="gpt-4o", input=ASK, tools=[IMAGE],
+                                           tool_choice={"type": "image_generation"})
+        return response.output[0].result
+    first, again, other = image("7"), image("7"), image("8")
+    assert first == again != other
+    assert decode_png(first)[2] != decode_png(other)[2]
+
+
+@pytest.mark.parametrize("tool", [{**IMAGE, "partial_images": "many"}, {**IMAGE, "partial_images": 9},
+                                  {**FILE_SEARCH, "max_num_results": 0}],
+                         ids=["partial_images-type", "partial_images-range", "max_num_results"])
+def test_bad_built_in_tool_settings_are_a_400(client, tool):
+    import openai
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="gpt-4o", input=ASK, tools=[tool], tool_choice="required")
+    assert info.value.status_code == 400 and "tools" in (info.value.param or "")
+
+
+def test_mcp_allowed_tools_that_are_not_names_are_a_400(client):
+    import openai
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="gpt-4o", input=ASK, tools=[{**MCP, "allowed_tools": [1]}],
+                                tool_choice="required")
+    assert info.value.status_code == 400

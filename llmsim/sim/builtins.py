@@ -306,6 +306,7 @@ def _program(rng: random.Random) -> tuple[str, str]:
 def _mcp_tools(tool: dict) -> list[McpTool]:
     allowed = tool.get("allowed_tools")
     names = allowed if isinstance(allowed, list) else (allowed or {}).get("tool_names") if isinstance(allowed, dict) else None
+    names = [name for name in names or () if isinstance(name, str)]
     if names:
         known = {name: (description, schema) for name, description, schema in MCP_TOOLS}
         return [McpTool(name, *known.get(name, (f"The {name} tool.", MCP_TOOLS[0][2]))) for name in names]
