@@ -405,16 +405,20 @@ def _load_departures() -> None:
             rule = entry["normalize"]
             if rule is None:
                 continue
-            unknown = set(rule) - {"match", "field", "null_to"}
-            if unknown or "field" not in rule or "null_to" not in rule:
+            unknown = set(rule) - {"match", "field", "null_to", "from", "to"}
+            forms = ("null_to" in rule) + ("from" in rule and "to" in rule)
+            if unknown or "field" not in rule or forms != 1:
                 raise ValueError(
-                    f"{where}: normalize needs `field` and `null_to` (optional `match`), "
-                    f"got keys {sorted(rule)}"
+                    f"{where}: normalize needs `field` and `null_to`, or `field`, `from` and `to` "
+                    f"(optional `match`), got keys {sorted(rule)}"
                 )
             match = rule.get("match") or {}
             if not isinstance(match, dict):
                 raise ValueError(f"{where}: normalize.match must be a mapping")
-            rules.append((entry["id"], match, rule["field"], rule["null_to"]))
+            if "null_to" in rule:
+                rules.append((entry["id"], match, rule["field"], None, rule["null_to"]))
+            else:
+                rules.append((entry["id"], match, rule["field"], rule["from"], rule["to"]))
         _rules = rules
         _departures = entries
 
@@ -437,8 +441,8 @@ def _walk(node: Any, rules: list, applied: list[str]) -> Any:
                 if out is None:
                     out = dict(node)
                 out[key] = new
-        for dep_id, match, field, null_to in rules:
-            if field in node and node[field] is None and all(
+        for dep_id, match, field, old, null_to in rules:
+            if field in node and node[field] == old and type(node[field]) is type(old) and all(
                 k in node and node[k] == v for k, v in match.items()
             ):
                 if out is None:

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from llmsim.ids import Ids
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, logprobs, textgen, toolcalls
+from llmsim.sim import builtins, inputs, latency, logprobs, textgen, toolcalls
 from llmsim.sim.models import Model
 
 
@@ -82,6 +82,13 @@ class MessageItem(TimedPieces):
     status: str = "completed"
     kind: str = "message"
     logprobs: list | None = None
+    citations: tuple = ()      # builtins.Citation: url_citation annotations (a web search's)
+
+    @property
+    def annotations(self) -> list:
+        """The citations that lie within the text (all of them, unless a fault cut it short)."""
+        n = len(self.text)
+        return [c for c in self.citations if c.end <= n]
 
 
 @dataclass(slots=True)
@@ -162,7 +169,8 @@ def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) 
 
 def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
                   generate: bool = True) -> Plan:
-    """Plan a Responses API answer (reasoning item, then the message).
+    """Plan a Responses API answer (reasoning item, a built-in tool's items, then the message;
+    or reasoning and function calls).
 
     `history` is the conversation a `previous_response_id` continues (it counts as input);
     `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
@@ -187,8 +195,14 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage)
         return Plan(ctx.ids.make("response", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
-    names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability,
-                             turns[-1].role if turns else None) if tools else None
+    last_role = turns[-1].role if turns else None
+    decision = builtins.choose(body, tool_req, rng, ctx.settings.tool_call_probability,
+                               last_role) if tools else None
+    builtin = decision if isinstance(decision, dict) else None
+    names = None
+    if decision is None or decision == builtins.FUNCTION:   # FUNCTION: a call is already decided
+        probability = 1.0 if decision else ctx.settings.tool_call_probability
+        names = toolcalls.choose(tool_req, rng, probability, last_role) if tools else None
     if names:
         return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
@@ -205,11 +219,21 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         message.logprobs = logprobs.make(text.pieces, body.get("top_logprobs") or 0,
                                          body.get("temperature"), rng, model.encoding)
     output.append(message)
+    end = sched.end
+    if builtin is not None:     # the tool's item(s) first, then the message, later by the tool's time
+        items = builtins.make(builtin, body, ctx, inputs.last_user_text(turns), sched.reasoning_end)
+        delay = items[-1].end_at - sched.reasoning_end
+        message.start_at += delay
+        message.shift(delay)
+        end += delay
+        output[-1:-1] = items
+        if items[0].kind == "web_search_call":
+            message.citations = tuple(builtins.citations(items[0].urls, message.text))
     usage = Usage.make(input_tokens, text.tokens, reasoning_tokens, ctx.settings.usage)
     return Plan(response_id, ctx.created_at, body["model"], body, output, usage,
                 "incomplete" if text.truncated else "completed",
                 "max_output_tokens" if text.truncated else None,
-                sched.first_token, sched.end, effort)
+                sched.first_token, end, effort)
 
 
 def _plan_calls(body: dict, ctx: Context, calls: list[toolcalls.FunctionCall], input_tokens: int,

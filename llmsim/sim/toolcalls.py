@@ -16,8 +16,8 @@ read either into one `ToolRequest`. The decision (`choose`):
 * how many: one, unless `parallel_tool_calls` is not false and several functions are
   allowed: then 1..MAX_PARALLEL distinct functions, drawn from the rng.
 
-Other tool types (custom, web_search, file_search, code_interpreter, mcp, ...) are
-accepted and echoed, never called.
+Built-in tools (web_search, file_search, code_interpreter, image_generation, mcp) are
+used as builtins.py decides; custom tools are accepted and echoed, never called.
 """
 from __future__ import annotations
 
@@ -112,10 +112,11 @@ def responses_request(body: dict) -> ToolRequest:
         kind = choice.get("type")
         if kind == "function":
             return _request(functions, "required", [choice.get("name")], body)
-        if kind == "allowed_tools":
-            names = [_tool_name(t) for t in choice.get("tools") or ()]
+        if kind == "allowed_tools":     # built-in tools listed here are builtins.py's
+            names = [_tool_name(t) for t in choice.get("tools") or ()
+                     if t.get("type") == "function" or _tool_name(t)]
             return _request(functions, choice.get("mode", "auto"), names, body)
-        return _request(functions, "none", [], body)   # a built-in or custom tool: not simulated
+        return _request(functions, "none", [], body)   # a built-in tool (builtins.py) or a custom one
     return _request(functions, choice, None, body)
 
 
