@@ -13,7 +13,7 @@ import sys
 
 # connexion's Flask side (its `flask` extra) and httpx's command line (rich, pygments) are
 # optional: both packages import them under `except ImportError` and carry on without.
-# We use neither; not loading them saves ~5 MB of RSS in every server process.
+# We use neither; not loading them keeps every server process smaller (bench/memory.py).
 for _optional in ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._main"):
     sys.modules.setdefault(_optional, None)
 from connexion import AsyncApp  # noqa: E402

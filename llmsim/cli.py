@@ -196,7 +196,7 @@ def run_workers(config, reuse_port: bool) -> None:
     each takes half of the connections waiting when it wakes (llmsim.server.accepting). With
     `reuse_port` (the default), each worker listens on its own SO_REUSEPORT socket
     (llmsim.server.listening), the kernel spreads connections over them and each worker accepts
-    all of its own at once: measured best for bursts of streams and as good for wrk."""
+    all of its own at once: best for bursts of streams in bench/perf.py, and as good for wrk."""
     from uvicorn.supervisors import Multiprocess
     if reuse_port and listening.reuse_port_supported():
         sock = listening.worker_socket(config.host, config.port)
@@ -245,9 +245,8 @@ def http_protocol() -> str:
 def _memory_dir() -> str | None:
     """A directory in memory (tmpfs) where there is one: the workers' stats snapshots,
     replaced every 0.25 s, then never touch a disk. Replacing a file on ext4 mounted with
-    `discard` waits for the device (30-60 ms); with the write already off the event loop,
-    W5 runs still saw 130 ms stalls of a worker while the snapshots were on that disk,
-    none in 5 runs since."""
+    `discard` waits for the device, and even with the write off the event loop a worker
+    stalled while the snapshots were on such a disk (W5 of bench/perf.py; bench/RESULTS.md)."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 

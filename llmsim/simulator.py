@@ -49,7 +49,8 @@ class Simulator:
                               f"(allowed: {', '.join(sorted(profiles))})")
         catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
         # The BPE ranks of most models, loaded now rather than in the first request's TTFT;
-        # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used (~0.2 s, ~2 MB).
+        # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used, so a server
+        # whose models never use it does not pay its load time and memory.
         tokens.encoding(tokens.DEFAULT)
         rules = ReasoningRules.load(data("reasoning.yaml"))
         templates = TemplateSet(settings.templates_dir, {"settings": settings})
@@ -86,7 +87,7 @@ class Simulator:
 
         With --seed each request gets its own generator, so concurrent requests cannot
         change each other's draws; without it one shared generator does (seeding a fresh
-        one from the OS costs ~10 µs a request)."""
+        one from the OS would cost more than the request's draws)."""
         n = next(self._counter)
         if self._seeded is not None:
             return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + n

@@ -9,8 +9,7 @@ snapshot to `stats_dir` every `SHARE_INTERVAL` seconds and whichever worker answ
 its own live snapshot with the others' files (`statsview.gather`). The snapshot is taken on
 the event loop; the file is written and renamed by a thread of its own, because the rename
 can block: replacing a file frees the old one's blocks, and on a filesystem mounted with
-`discard` ext4 waits for the device there (measured: 30-60 ms, every stream of the worker
-late by as much).
+`discard` ext4 waits for the device there, every stream of the worker late by as much.
 
 Requests are the API's: /llmsim/*, /metrics and /health are not counted.
 """
@@ -87,8 +86,8 @@ class Histogram:
 
 class Lateness(Histogram):
     """The SSE pacer's histogram, fed once per written batch (50,000 times a second with a
-    thousand paced streams). A value is appended to `pending` (no bucket search, no call:
-    ~3k instructions less each) and the pending values are counted in one pass, sorted and
+    thousand paced streams). A value is appended to `pending` (no bucket search, no call
+    per value) and the pending values are counted in one pass, sorted and
     merged with the bucket bounds, once `BATCH` have gathered (`add`) or when read."""
     __slots__ = ("pending",)
     BATCH = 4096

@@ -213,7 +213,7 @@ class Pacer:
     def catch_up(self, now: float) -> None:
         """Write what fell due by `now` (the loop's time) while the loop runs other work. The
         timer fires between loop steps, and one step may run a burst of requests (a thousand
-        streams arriving or ending: ~0.1-0.2 ms each): called between them, every stream's
+        streams arriving or ending): called between them, every stream's
         due events leave within one request's work rather than after the whole step. Only
         slots that ended before `now` are looked at (the current one is the timer's); the
         timer stays armed, and when it fires early it finds nothing due and waits again."""
@@ -281,8 +281,9 @@ class _Pacers:
         It reads the loop's clock even when no stream waits, because under uvloop reading it
         is what brings libuv's cached clock up to date. libuv reads the time as a loop step
         begins, and when the step ends it sleeps until its next timer counting from that
-        reading: after a step that handled a burst of requests (1,000 take ~100 ms), every
-        timer would fire that much late, the first tokens of a thousand paced streams with it."""
+        reading: after a step that handled a long burst of requests, every timer would fire
+        that much late, the first tokens of a thousand paced streams with it (bench/RESULTS.md,
+        "uvloop's cached clock")."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         pacer = self.last

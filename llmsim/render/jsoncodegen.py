@@ -27,7 +27,7 @@ expression: then its own function is called. One named by
 `"prefix{{ dotted.name }}suffix"` inlines each object the name can pick that could be inlined
 (the others are called), chosen by value. The generated
 function gives the same bytes as the closure writer of `jsonwriter` (the same language and
-lookup rule, llmsim.pyexpr; tests/test_template_expressions.py checks it against jinja). When
+lookup rule, llmsim.render.pyexpr; tests/test_template_expressions.py checks it against jinja). When
 it raises, the value has a template error: the closure names it, and it is logged with its
 template and path and answered as a server error (`failed`). A value written
 once per render (a template's `body`) is built as one Python value instead
@@ -147,7 +147,7 @@ def _concat(parts: list) -> str:
 
 
 # a value `{{ seq }}` or `{{ ...index }}` (an event's sequence number, a loop's index, an
-# item's): written from a table of small ints (~600 instructions less than a call of orjson)
+# item's): written from a table of small ints, cheaper than a call of orjson
 _COUNTER = re.compile(r"^\{\{\s*(?:[A-Za-z_]\w*\.)*(?:seq|\w*index)\s*\}\}$")
 LOCAL = "@"     # marks a read of a variable the writer binds itself (a `$for`'s, a `$with`'s)
 LOOP_MEMO = "__loop_memo"     # a step loop's memo in its context (llmsim.render.stepcodegen)
@@ -302,7 +302,7 @@ class JsonCodegen:
 
     def _define(self, code: str, names: set[str]) -> Callable[[dict], Any]:
         """A function of ctx returning `code`; each variable read once, into a local: straight
-        from the dict (no call per variable: ~200 reads per Responses stream), and through
+        from the dict (no call per variable, of which a Responses stream reads hundreds), and through
         `_name` (strict Undefined for a missing one) only when one is missing. A variable read
         as `given(name, default)` is often missing, so it is looked up first (no exception),
         and a missing one is an Undefined made once (`_u_name`), not one per render."""

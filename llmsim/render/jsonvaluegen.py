@@ -4,7 +4,8 @@ one `orjson.dumps` serialises.
 llmsim.render.jsoncodegen writes a value as joined JSON pieces, one `orjson.dumps` per expression,
 which pays off where pieces are memoised and rendered again (a stream's events). A body is
 rendered once: there building the value as dict and list displays and serialising it once
-is faster (W1 3.2% and W2 4.4% fewer instructions per request). So
+is faster. Kept beside jsoncodegen because bench/instructions.py shows it saves more than 3%
+of W1's and W2's instructions; history in bench/RESULTS.md. So
 
     {id: "{{ plan.id }}", object: chat.completion, usage: {$object: chat_usage}}
 
@@ -16,7 +17,7 @@ a literal default writes the default without calling `given`. What this does not
 (an object named by an expression, a jinja statement) is llmsim.render.jsoncodegen's JSON, embedded
 as a Fragment and, where this code holds variables in locals, written by a function called
 with a context holding them. The writer keeps jsoncodegen's guard: when the code raises, the
-closure writer names the template error (llmsim.jsoncodegen `failed`).
+closure writer names the template error (llmsim.render.jsoncodegen `failed`).
 """
 from __future__ import annotations
 

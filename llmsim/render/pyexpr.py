@@ -12,7 +12,7 @@ One lookup rule holds for every expression, wherever it runs (jinja, the closure
   other way (write out, compare, compute with, look up in, iterate).
 
 `Environment` is jinja with that rule (`lookup_attr`, `lookup_item`). jinja2 builds a fresh
-context for every evaluation of a compiled expression (~10 us), so most expressions, those
+context for every evaluation of a compiled expression, so most expressions, those
 made of the part of jinja's syntax that Python shares (names, attributes, subscripts, calls,
 literals, comparisons, `and`/`or`/`not`, `x if c else y`, tests with a Python twin), are
 translated once into Python with the same rule. Anything else (filters, `~`, `**`, whose
@@ -275,7 +275,7 @@ def inline_given(code: str) -> str:
     """Generated code with each `given(value, default)` whose default cannot raise (a literal,
     a name) written in place, as
     `(default if (_gN := value) is None or isinstance(_gN, _Undefined) else _gN)`: a Python
-    call less each (~1k instructions). Not inside a comprehension's iterable, where `:=`
+    call less each. Not inside a comprehension's iterable, where `:=`
     may not stand. The namespace running the code binds `_Undefined` (INLINE_GLOBALS)."""
     if "given(" not in code:
         return code

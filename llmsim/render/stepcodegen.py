@@ -21,8 +21,8 @@ one generated function they are plain Python loops, e.g. (roughly)
 A loop's variables live in locals, and in one dict per loop, made when the loop starts. A
 loop whose steps test or loop stores each item's variables in that dict at once; in any
 other, the dict gets them only where something reads it whole (a guarded function, an object named
-by value; `_fill`): a chat chunk's six stores per event are gone (~5% of a paced event's
-instructions). Every value an event needs (its JSON, its time) is computed before the event
+by value; `_fill`), so a chat chunk's loop does not store its six variables for every event.
+Every value an event needs (its JSON, its time) is computed before the event
 is yielded, so nothing keeps a context past its event. That dict also holds the loop's own
 memo (`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON
 of what it reads of outer loops (llmsim.render.jsoncodegen: `loop_fixed`). The expressions, tests and JSON
@@ -31,14 +31,15 @@ by closures); an event's JSON is the writer's generated code written in place (n
 variables read from the step's context, `seq` from the counter) and its time calls the
 generated code straight, each in a `try` whose `except` calls the guarded function: the
 same value where the code in place raised for a missing variable (which the function reads
-as Undefined), else the template error, logged with its path (llmsim.jsoncodegen `failed`). A loop may unpack each item into several names
+as Undefined), else the template error, logged with its path (llmsim.render.jsoncodegen `failed`). A loop may unpack each item into several names
 (`for: "piece, at in item.timed_pieces"`), so a token needs no object of its own. A time
 that is a plain `{{ dotted.name }}` (each token's `at`) is read in place, and an event's five
-slots are set in place too: two Python calls fewer for every event (~2% of a 32-token stream's
-CPU). The SSE function, what `transport.Paced` sends, makes no `Event` at all: each step
-yields `(_at, head + _json + b"\n\n")` with its head (`event: name\ndata: `) a constant,
-and the pacer and the chunk writer only join bytes (W3 889.5k -> 852.4k instructions per
-request, W4 991.7k -> 943.4k).
+slots are set in place too: two Python calls fewer for every event. The SSE function, what
+`transport.Paced` sends, makes no `Event` at all: each step yields
+`(_at, head + _json + b"\n\n")` with its head (`event: name\ndata: `) a constant, and the
+pacer and the chunk writer only join bytes. It is kept beside the `Event` function because
+bench/instructions.py shows it saves more than 3% of W3's and W4's instructions; history in
+bench/RESULTS.md.
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ class Event:
 
     def __init__(self, name: str | None, data: Any = None, at: float = 0.0, raw: bool = False,
                  json: bytes | None = None):
-        self.name = name            # one statement each: a tuple assignment costs ~100 ns more,
+        self.name = name            # one statement each: a tuple assignment costs more,
         self.at = at                # and every streamed event makes one
         self.raw = raw
         self._data = data
@@ -109,7 +109,7 @@ class _Const:
 
 
 def _getter(path: str) -> Node:
-    """`a.b.c` by the lookup rule (llmsim.pyexpr); Undefined when a step is missing."""
+    """`a.b.c` by the lookup rule (llmsim.render.pyexpr); Undefined when a step is missing."""
     head, *rest = path.split(".")
     attr = pyexpr.lookup_attr
 

@@ -2,18 +2,17 @@
 
 libuv, under uvloop, accepts one connection per loop iteration (libuv/libuv#3696): of 100
 streams opened together, the last waits for 99 iterations of a loop that meanwhile reads and
-handles the requests of those accepted before it. Measured: with two workers busy on a burst
-of 100 paced streams, connections were still being accepted 15-30 ms after the client had
-written every request, and those requests' simulated time started that late (TTFT p99 of a
-200 ms stream: 218-231 ms, against 205 ms once accepted at once).
+handles the requests of those accepted before it, so under a burst connections are still
+being accepted well after the client wrote every request, and those requests' simulated
+time starts that late (their time to first token with it).
 
 `AcceptingLoop` is uvloop's loop whose `create_server(sock=...)` watches the listening
 socket itself and, each time it is readable, accepts a batch before handing every
 connection to uvloop's transports. A process alone on its socket (one worker, or
 `--reuse-port`) takes every connection waiting; processes sharing one socket each take
 half of those waiting (the kernel reports the queue's length), so a burst is split between
-workers instead of landing whole on the first to wake (wrk's 64 connections: 64/0 when
-taking all, 24-40 when taking half) and is still accepted within a few iterations. Other
+workers instead of landing whole on the first to wake, and is still accepted within a few
+iterations. Other
 servers (host/port, TLS, Unix sockets) are uvloop's own; `llmsim serve` always passes a
 socket. Without uvloop, asyncio's own loop accepts in batches of its own.
 
@@ -21,8 +20,8 @@ The loop factory also makes room for connections in its process: the soft limit 
 files is raised to the hard one, and the descriptor table is sized once for
 `DESCRIPTOR_TABLE` descriptors. The kernel grows a process's table by doubling it, and in a
 process with more than one thread (uvicorn's workers have two) each growth waits for an
-RCU grace period: measured here, accept() calls of 6-18 ms in both workers during the first
-burst of 100 connections after start-up, and TTFT p99 212-220 ms instead of 207-209 ms.
+RCU grace period, which stalls accept() during the first burst after start-up. (What these
+cost when measured: bench/RESULTS.md, "Figures behind docs/performance.md".)
 """
 from __future__ import annotations
 

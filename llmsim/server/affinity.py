@@ -3,9 +3,9 @@
 A paced stream's events fall due on the same millisecond ticks as every other stream's, so
 at each tick every worker wakes with a burst of writes, and so does a load generator on the
 same machine. Left to the scheduler, two workers sometimes queue on one CPU for a whole
-tick while a third process runs on the other: with 1,000 paced streams and two workers on
-two CPUs, server-side lateness p99 was 26.6 ms unpinned and 15.7 ms pinned (medians of ten
-runs; 30.2 and 23.0 in fifteen later runs on a busier machine).
+tick while a third process runs on the other, and every event of that tick leaves late.
+Pinned, W5 of bench/perf.py (1,000 paced streams, two workers) is less late; the runs are in
+bench/RESULTS.md ("Pinned workers").
 
 Each worker claims the first CPU it may run on that no other worker of its server holds,
 and pins its event loop's thread (and the threads it starts later) there. A claim is an

@@ -205,10 +205,10 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- keep-alive: one timer per idle spell, not one per response ----------------------------
     # uvicorn arms a timer after every response and cancels it when the next request's bytes
-    # arrive: under load a libuv timer started and stopped per request (~6.6k instructions,
-    # bench/instructions.py). Here the timer stays armed while requests come; when it fires
-    # it closes the connection only if it has been idle for the whole timeout, and otherwise
-    # waits for the rest of it.
+    # arrive: under load a libuv timer started and stopped per request (bench/instructions.py
+    # counts it; figures in bench/RESULTS.md). Here the timer stays armed while requests come;
+    # when it fires it closes the connection only if it has been idle for the whole timeout,
+    # and otherwise waits for the rest of it.
     idle_since: float | None = None     # loop time the last response ended; None while busy
 
     def _unset_keepalive_if_required(self) -> None:

@@ -4,15 +4,15 @@ uvicorn starts each request as an asyncio task the moment its headers are read. 
 starts them in batches instead, with the same timing as a task that first waits one loop step:
 
 * **After the next read of sockets.** The loop reads sockets only between steps, and a step
-  runs every request read before it: of 100 requests written within a millisecond, those
-  the first read found were all handled (~40 ms) before the rest were read, and those
-  requests' simulated time started that late. Starting a step later, every request already
+  runs every request read before it: of a burst written within a millisecond, the requests
+  the first read found would all be handled before the rest were read, and those requests'
+  simulated time would start that late. Starting a step later, every request already
   arrived is read, and stamped (`received_at`), before any is handled.
 * **At once, until the request first waits.** Many requests never wait (a JSON answer or
   a whole stream under `--profile instant` is written before its handler returns), and for
-  them a task, and the loop steps that run it, are pure cost: W1 and W2 of bench/perf.py
-  take 2% fewer instructions one request at a time (bench/instructions.py), and 4% without
-  the two callbacks a batch costs, which a batch of many requests shares. A request that
+  them a task, and the loop steps that run it, are pure cost; a batch's two callbacks are
+  shared by all its requests. (bench/instructions.py, one request at a time, puts the saving
+  on W1 and W2 below 3%, more under load; figures in bench/RESULTS.md.) A request that
   does wait (a paced stream, a slow client's body) goes on in a task from where it
   stopped, in the same `contextvars` context, as Python 3.12's eager tasks do. Until then
   `asyncio.current_task()` is None, so only requests the app says can run so

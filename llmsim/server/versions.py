@@ -1,7 +1,8 @@
 """Which server `llmsim serve` runs: `tuned` (this package's protocol, request cycle, eager
-start, accept loop, CPU pinning, GC policy and the API's fast lane, all of which reach into
-uvicorn's, connexion's and starlette's internals) or `plain` (stock uvicorn and connexion,
-their public API only).
+start, accept loop, one socket per worker, CPU pinning, GC policy and the API's fast lane,
+several of which reach into uvicorn's, connexion's and starlette's internals) or `plain`
+(stock uvicorn and connexion, their public API only: `--reuse-port` and `--pin-workers` do
+not apply).
 
 The tuned server runs only on the releases it was tested with (`TESTED`, the same bounds as
 the caps in pyproject.toml); on any other, `--server tuned` starts `plain` and says why in

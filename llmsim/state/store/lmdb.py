@@ -6,8 +6,8 @@ A write transaction never syncs to disk (a simulator's state need not survive a 
 crash), so it runs on the event loop: no thread, no checkpoints. The writes that requests make
 in one step of the loop share one transaction, committed by a callback the first of them
 schedules: a write is committed, and readable by every process, when its call returns.
-Under load that is ~10 writes per commit, each ~1.5x cheaper than alone (B-tree pages are
-copied once per commit, not once per write). A read first commits the writes still waiting,
+Under load many writes share a commit, each cheaper than alone (B-tree pages are copied once
+per commit, not once per write). A read first commits the writes still waiting,
 so it sees every write called before it; readers never wait for writers.
 
 Tables (LMDB sub-databases), keys built from ids (which never contain NUL):

@@ -12,11 +12,11 @@ fault cut, of a small request (a deferred record, llmsim.state.responses.Replay)
 renders its frames and its JSON again (template and plan), rendered only if it is read; its
 JSON then stays. The dicts are in order of creation, so the oldest entry is the first:
 eviction beyond `max_entries` pops from the front (an `OrderedDict`: a plain dict steps over
-every slot freed at its front, ~4 µs a pop), and every `SWEEP_EVERY` writes the
-`SWEEP_EVERY` oldest entries of each kind are looked at and the expired ones dropped
+every slot freed at its front, so each pop would get slower), and every `SWEEP_EVERY` writes
+the `SWEEP_EVERY` oldest entries of each kind are looked at and the expired ones dropped
 (expired entries already read as missing).
-Keeping a 32-token Responses stream costs ~9 µs of CPU and ~3.7 KB here (~25 µs and
-~5.2 KB when its bytes are kept), ~100 µs in the temp LMDB store.
+Keeping a stream as what renders it costs less CPU and memory than keeping its bytes, and
+much less than the LMDB store (figures in bench/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ SWEEP_EVERY = 256
 
 def _owned(data: bytes) -> bytes:
     """A copy of exactly `data`: orjson's output keeps the whole buffer it was written in
-    (8 KB behind a 1.4 KB response), which would stay allocated as long as the entry.
-    Formatting copies with 5.7k fewer instructions per stored W2 answer than
-    `memoryview(data).tobytes()` (bench/instructions.py)."""
+    (often several times the response's size), which would stay allocated as long as the
+    entry. Formatting copies with fewer instructions than `memoryview(data).tobytes()`
+    (bench/instructions.py; bench/RESULTS.md)."""
     return b"%b" % data
 
 

@@ -20,8 +20,8 @@ SSE frames are kept as blobs of whole frames (a frame ends with a blank line and
 contains one), LZ4-compressed (`store.base.pack`). The frames a response is created with live in
 its own row (`responses.frames`), so storing a whole stream writes one row; frames appended
 later (a background response) go to `chunks`, one row per write holding sequence numbers
-first_seq.. . Pages written and freed per response are most of what storing costs: a second
-row in another B-tree doubled it.
+first_seq.. . Pages written and freed per response are most of what storing costs, which is why
+a response's first frames share its row instead of going to a second B-tree.
 """
 from __future__ import annotations
 
@@ -581,8 +581,8 @@ def _maintain(tx: Tx) -> None:
 
     RESTART, not PASSIVE: it holds the write lock while it copies (writers retry meanwhile),
     so it finishes, and the next write starts the WAL file over. Under steady writes a
-    PASSIVE checkpoint never catches up with the end of the WAL, which then only grows
-    (half a gigabyte in 12 s of streaming), and every commit gets slower."""
+    PASSIVE checkpoint never catches up with the end of the WAL, which then grows without
+    bound, and every commit gets slower."""
     now = time.time()
     for table in ("responses", "conversations"):
         tx.db.execute(f"DELETE FROM {table} WHERE expires <= ?", (now,))
