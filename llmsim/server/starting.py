@@ -11,8 +11,8 @@ starts them in batches instead, with the same timing as a task that first waits 
 * **At once, until the request first waits.** Many requests never wait (a JSON answer or
   a whole stream under `--profile instant` is written before its handler returns), and for
   them a task, and the loop steps that run it, are pure cost; a batch's two callbacks are
-  shared by all its requests. (bench/instructions.py, one request at a time, puts the saving
-  on W1 and W2 below 3%, more under load; figures in bench/RESULTS.md.) A request that
+  shared by all its requests. Kept because bench/instructions.py shows the eager start saves
+  more than 3% of W1's and W2's instructions (figures in bench/RESULTS.md). A request that
   does wait (a paced stream, a slow client's body) goes on in a task from where it
   stopped, in the same `contextvars` context, as Python 3.12's eager tasks do. Until then
   `asyncio.current_task()` is None, so only requests the app says can run so
