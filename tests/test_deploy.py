@@ -148,11 +148,15 @@ def image(tmp_path_factory):
         for source in sources:
             for path in [REPO / source] if (REPO / source).is_file() else (REPO / source).rglob("*"):
                 relative = path.relative_to(REPO)
-                if path.is_file() and not ignored(relative, patterns):
+                if (path.is_file() or path.is_symlink()) and not ignored(relative, patterns):
                     target = app / destination / (path.name if destination.endswith("/") and (REPO / source).is_file()
                                                   else path.relative_to(REPO / source))
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, target)
+                    if path.is_symlink():       # COPY keeps a link as a link (llmsim/_templates -> ../templates)
+                        if not target.is_symlink():
+                            target.symlink_to(os.readlink(path))
+                    else:
+                        shutil.copy2(path, target)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSIM_")}
     env.update(image_env(), LLMSIM_HOST="127.0.0.1", LLMSIM_PORT=str(port),

@@ -6,18 +6,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from types import SimpleNamespace
 
 import orjson
 import pytest
 
 from llmsim.server import accepting
+from llmsim.settings import Settings
+from llmsim.simulator import Simulator
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
 from llmsim.api.front import Front
 from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.render.sse import framed
-from llmsim.observe.stats import Stats
 from llmsim.render.templates import Event
 from llmsim.pacing.transport import Paced, SSEResponse
 
@@ -156,10 +156,8 @@ def paced_on_timer(written: list, first_due_in: float) -> None:
 def observed(app) -> Front:
     """`app` behind the front door every API request goes through (on to `app`: no route
     of its own)."""
-    settings = SimpleNamespace(trace=None, log_format=None, api_keys=None, max_body_bytes=1 << 20)
-    return Front(app, sim=SimpleNamespace(stats=Stats(enabled=False), settings=settings,
-                                          store=SimpleNamespace(needs_task=False)),
-                 operations={}, websockets=None, render_error=None, base_paths=("/v1",))
+    return Front(app, sim=Simulator.load(Settings(metrics=False)), operations={}, websockets=None,
+                 render_error=None, base_paths=("/v1",))
 
 
 async def call(app) -> None:
