@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 
 import openai
@@ -22,10 +21,6 @@ def traced(live_server_factory, tmp_path_factory):
                                  "--target-tokens", str(TOKENS), "--trace", str(path),
                                  "--log-format", "json")
     server.trace_path = path
-    server.log_lines = []
-    threading.Thread(target=lambda: [server.log_lines.append(line.decode())
-                                     for line in iter(server.proc.stdout.readline, b"")],
-                     daemon=True).start()
     return server
 
 
@@ -122,7 +117,7 @@ def test_trace_line_names_an_injected_fault(traced):
 def test_json_access_log_has_one_line_per_request(traced):
     traced.client().responses.create(model="gpt-4o-mini", input="hi",
                                      extra_headers={"x-request-id": "logged-1"})
-    [line] = lines_with(lambda: list(traced.log_lines), "logged-1")
+    [line] = lines_with(lambda: traced.output().splitlines(), "logged-1")
     assert (line["method"], line["path"], line["status"]) == ("POST", "/v1/responses", 200)
     assert line["model"] == "gpt-4o-mini" and line["elapsed_ms"] >= DURATION_MS
 
