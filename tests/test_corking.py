@@ -12,11 +12,11 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
-from llmsim.server.corking import CorkedHttpToolsProtocol
-from llmsim.server.context import RECEIVED_AT
+from llmsim.pacing.transport import Paced, SSEResponse
 from llmsim.render.sse import framed
 from llmsim.render.templates import Event
-from llmsim.pacing.transport import Paced, SSEResponse
+from llmsim.server.context import RECEIVED_AT
+from llmsim.server.corking import CorkedHttpToolsProtocol
 
 GAP = 0.005
 N = 20

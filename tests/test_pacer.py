@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from llmsim.server import accepting
+from llmsim.api.front import Front
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
-from llmsim.api.front import Front
-from llmsim.pacing.pacer import PACERS, PacedStream, send_now
-from llmsim.render.sse import framed
 from llmsim.observe.stats import Stats
-from llmsim.render.templates import Event
+from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.pacing.transport import Paced, SSEResponse
+from llmsim.render.sse import framed
+from llmsim.render.templates import Event
+from llmsim.server import accepting
 
 GAP = 0.005
 
