@@ -23,6 +23,7 @@ LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
                 "test_deploy", "test_scaleout"}
 SLOW_MODULES = {"test_schemathesis", "test_deploy", "test_pytest_plugin", "test_scaleout"}
+SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
 
 
 def pytest_collection_modifyitems(items):
@@ -31,10 +32,32 @@ def pytest_collection_modifyitems(items):
         live = module in LIVE_MODULES or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
         if live:
             item.add_marker(pytest.mark.live)
-        if module in SLOW_MODULES:
+        slow = module in SLOW_MODULES or getattr(item, "originalname", item.name) in SLOW_TESTS
+        if slow:
             item.add_marker(pytest.mark.slow)
-        if not live and module not in SLOW_MODULES:
+        if not live and not slow:
             item.add_marker(pytest.mark.unit)
+
+
+def _read_each_document_once() -> None:
+    """connexion reads an OpenAPI document (through jinja and PyYAML's pure-Python parser) each
+    time an app is built: a quarter of `create_app`, which many in-process tests call. Here
+    each document, unchanged since, is read once and every app gets its own deep copy."""
+    import copy
+
+    from connexion.spec import Specification
+    read, documents = Specification._load_spec_from_file, {}
+
+    def read_once(arguments, specification):
+        stat = specification.stat()
+        key = (str(specification), stat.st_mtime_ns, stat.st_size, repr(arguments))
+        if key not in documents:
+            documents[key] = read(arguments, specification)
+        return copy.deepcopy(documents[key])
+    Specification._load_spec_from_file = staticmethod(read_once)
+
+
+_read_each_document_once()
 
 
 class LiveServer(Server):
