@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmsim.server import accepting  # noqa: E402
 from llmsim.app import create_app  # noqa: E402
+from llmsim.server import accepting  # noqa: E402
 from llmsim.server.connection import PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
 

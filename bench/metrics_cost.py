@@ -73,7 +73,7 @@ class Server:
                 return
             except OSError:
                 if self.proc.poll() is not None:
-                    raise SystemExit(f"llmsim {' '.join(flags)} exited at start-up")
+                    raise SystemExit(f"llmsim {' '.join(flags)} exited at start-up") from None
                 time.sleep(0.1)
         self.stop()
         raise SystemExit("llmsim did not start in 60 s")

@@ -191,8 +191,8 @@ class Bench:
             self.rows.append(Row(title, "requests/s", get("llmsim", lambda x: x["requests_per_s"]),
                                  get("peer", lambda x: x["requests_per_s"])))
         for pct in ("50", "99"):
-            self.rows.append(Row(title, f"latency p{pct} ms", get("llmsim", lambda x: x["latency_ms"].get(pct)),
-                                 get("peer", lambda x: x["latency_ms"].get(pct)), LOWER, 2))
+            self.rows.append(Row(title, f"latency p{pct} ms", get("llmsim", lambda x, p=pct: x["latency_ms"].get(p)),
+                                 get("peer", lambda x, p=pct: x["latency_ms"].get(p)), LOWER, 2))
         self.rows.append(Row(title, "failed/incomplete", get("llmsim", failed), get("peer", failed), LOWER, 0))
 
     # W5 ------------------------------------------------------------------------------------
@@ -417,7 +417,8 @@ def meta(args, with_peer: bool) -> dict:
     repo = str(args.source_repo)
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv,
             "llmsim_repo": repo, "llmsim_ran_from": str(args.llmsim_repo),
-            "load_average_before": args.load_before, "load_average_after": os.getloadavg(), "llmsim_commit": _version(["git", "-C", repo, "rev-parse", "--short", "HEAD"]),
+            "load_average_before": args.load_before, "load_average_after": os.getloadavg(),
+            "llmsim_commit": _version(["git", "-C", repo, "rev-parse", "--short", "HEAD"]),
             "llmsim_dirty": bool(_version(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"])),
             "peer": f"{peer.PACKAGE} {peer.version()}" if with_peer else None,
             "node": _version(["node", "--version"]) if with_peer else None,

@@ -84,7 +84,7 @@ def main() -> None:
         print(f"  {'text':34} {'tokens':>8} {'llmsim µs/token':>16} {'tiktoken':>9} {'ratio':>6}")
         for label, text in texts().items():
             a = per_token(ours.count, text, ours._remembered.cache_clear)
-            b = per_token(lambda t: len(theirs.encode_ordinary(t)), text, lambda: None)
+            b = per_token(lambda t, theirs=theirs: len(theirs.encode_ordinary(t)), text, lambda: None)
             print(f"  {label:34} {ours.count(text):>8} {a:>16.2f} {b:>9.2f} {a / b:>5.1f}x")
 
 

@@ -15,13 +15,57 @@ from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for test
 REPO = Path(__file__).resolve().parents[1]
 collect_ignore = ["plugin_example"]     # the README's example of the plugin: run by plugin_wheel_check.sh
 
+# Kinds of test (markers registered in pyproject.toml), given here rather than on each test:
+# `live` starts an `llmsim serve` subprocess (through these fixtures, or itself in these
+# modules); `slow` takes more than a few seconds (schemathesis, deploy recipes, the pytest
+# plugin in a subprocess, hosts in network namespaces); `unit` is everything else: in-process.
+LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"}
+LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
+                "test_deploy", "test_scaleout"}
+SLOW_MODULES = {"test_schemathesis", "test_deploy", "test_pytest_plugin", "test_scaleout"}
+SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = item.path.stem
+        live = module in LIVE_MODULES or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if live:
+            item.add_marker(pytest.mark.live)
+        slow = module in SLOW_MODULES or getattr(item, "originalname", item.name) in SLOW_TESTS
+        if slow:
+            item.add_marker(pytest.mark.slow)
+        if not live and not slow:
+            item.add_marker(pytest.mark.unit)
+
+
+def _read_each_document_once() -> None:
+    """connexion reads an OpenAPI document (through jinja and PyYAML's pure-Python parser) each
+    time an app is built: a quarter of `create_app`, which many in-process tests call. Here
+    each document, unchanged since, is read once and every app gets its own deep copy."""
+    import copy
+
+    from connexion.spec import Specification
+    read, documents = Specification._load_spec_from_file, {}
+
+    def read_once(arguments, specification):
+        stat = specification.stat()
+        key = (str(specification), stat.st_mtime_ns, stat.st_size, repr(arguments))
+        if key not in documents:
+            documents[key] = read(arguments, specification)
+        return copy.deepcopy(documents[key])
+    Specification._load_spec_from_file = staticmethod(read_once)
+
+
+_read_each_document_once()
+
 
 class LiveServer(Server):
     """`llmsim serve` in a subprocess on a free port (llmsim.testing.Server, the pytest
     plugin's server) with these flags; `.url` is its root, `.base` the /v1 base."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        super().__init__(args, env)
+        super().__init__(args, env, timeout=120)    # generous: the machine may be busy
         self.base = self.openai_url
 
     def client(self, **kwargs):
@@ -104,7 +148,7 @@ def redis_url():
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("redis-server did not start")
+                raise RuntimeError("redis-server did not start") from None
             time.sleep(0.05)
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()

@@ -326,7 +326,7 @@ def test_role_chunk_arrives_after_the_ttft_and_tokens_are_paced(slow):
     client = slow.client()
     start = time.monotonic()
     arrivals = []
-    for chunk in client.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True):
+    for _chunk in client.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True):
         arrivals.append(time.monotonic() - start)
     assert len(arrivals) == 1 + 20 + 1                # role, one chunk per token, finish
     assert 0.18 <= arrivals[0] < 1.5                 # role chunk: after the 200 ms TTFT

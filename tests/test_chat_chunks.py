@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.sim import chatplan
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
+from llmsim.sim import chatplan
 from llmsim.simulator import Simulator
 
 BODIES = [

@@ -12,11 +12,11 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
-from llmsim.server.corking import CorkedHttpToolsProtocol
-from llmsim.server.context import RECEIVED_AT
+from llmsim.pacing.transport import Paced, SSEResponse
 from llmsim.render.sse import framed
 from llmsim.render.templates import Event
-from llmsim.pacing.transport import Paced, SSEResponse
+from llmsim.server.context import RECEIVED_AT
+from llmsim.server.corking import CorkedHttpToolsProtocol
 
 GAP = 0.005
 N = 20
@@ -171,7 +171,7 @@ async def test_a_request_read_behind_a_slow_one_is_stamped_before_the_slow_one_i
     async def app(scope, receive, send):
         received[scope["path"]] = scope["extensions"][RECEIVED_AT]
         if scope["path"] == "/slow":
-            time.sleep(0.05)            # a handler that holds the loop
+            time.sleep(0.2)             # a handler that holds the loop
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
@@ -186,8 +186,10 @@ async def test_a_request_read_behind_a_slow_one_is_stamped_before_the_slow_one_i
     slow, following = protocols
     slow[0].data_received(slow[1])
     loop.call_soon(following[0].data_received, following[1])
-    await asyncio.sleep(0.1)
-    assert received["/next"] - received["/slow"] < 0.01
+    deadline = loop.time() + 10
+    while len(received) < 2 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert received["/next"] - received["/slow"] < 0.1      # not after the slow one's 0.2 s
 
 
 async def test_a_stream_outlasting_the_keep_alive_timeout_is_not_cut():

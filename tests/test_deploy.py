@@ -24,8 +24,8 @@ import subprocess
 import sys
 import sysconfig
 import time
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import httpx

@@ -10,8 +10,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsim.app import create_app
 from llmsim.api.fastpath import json_operations
+from llmsim.app import create_app
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
 

@@ -49,6 +49,7 @@ def test_chat_stream_gets_an_error_frame_after_k_tokens(client, value):
 
 def test_chat_stream_error_frame_then_done_on_the_wire(server):
     import httpx
+
     from sse import parse
     response = httpx.post(f"{server.base}/chat/completions", json={**ARGS, "stream": True},
                           headers={FAULT: "stream_error;after_tokens=1"})

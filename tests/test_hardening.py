@@ -159,6 +159,7 @@ async def test_dropped_streams_leak_nothing(live_server_factory):
 
 def _documented_paths():
     import yaml
+
     from conftest import REPO
     doc = yaml.safe_load((REPO / "openapi" / "openapi.yaml").read_text())
     return {path: {m.upper() for m in item if m in ("get", "post", "put", "delete", "patch")}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
 import llmsim.state.store.memory as memory_store
 from llmsim.settings import Settings
 from llmsim.state.store import Bounds, Conversation, StoredResponse, open_store
@@ -118,8 +117,9 @@ async def test_what_a_reader_changes_is_not_stored():
 
 
 async def test_a_stored_response_holds_about_its_own_size_not_the_serialiser_buffer():
-    import orjson
     import tracemalloc
+
+    import orjson
     store = MemoryStore(Bounds(1000, None))
     answer = {"id": "resp_x", "status": "completed", "output": [{"text": "x" * 1300}]}
     records = [StoredResponse(f"resp_{n}", None, [], response_json=orjson.dumps(answer),

@@ -10,7 +10,8 @@ import logging
 import jinja2
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llmsim.errors import ConfigError, ServerError
 from llmsim.render.jsonbytes import dumps

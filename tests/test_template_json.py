@@ -9,16 +9,16 @@ from collections.abc import Mapping
 import orjson
 import pytest
 
-from llmsim.sim import chatplan
-from llmsim.render import sse
-from llmsim.sim import plan as planning
 from llmsim.clock import FakeClock
 from llmsim.errors import InvalidRequestError
+from llmsim.render import sse
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.jsoncodegen import JsonCodegen
-from llmsim.settings import Settings
-from llmsim.simulator import Simulator
 from llmsim.render.templates import TemplateSet
+from llmsim.settings import Settings
+from llmsim.sim import chatplan
+from llmsim.sim import plan as planning
+from llmsim.simulator import Simulator
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

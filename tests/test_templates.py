@@ -11,13 +11,13 @@ import httpx
 import pytest
 import yaml
 
-import sse
 import llmsim.render.sse
+import sse
 from conftest import REPO
 from llmsim.app import create_app
 from llmsim.errors import ConfigError, ServerError
-from llmsim.settings import Settings
 from llmsim.render.templates import TemplateSet
+from llmsim.settings import Settings
 
 
 @pytest.fixture

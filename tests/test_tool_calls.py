@@ -13,7 +13,7 @@ import pytest
 
 import oai_schemas
 import sse
-from our_spec import check_exchange, check_events, check_response_body, validate
+from our_spec import check_events, check_exchange, check_response_body, validate
 
 WEATHER_PARAMS = {
     "type": "object",

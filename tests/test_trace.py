@@ -126,7 +126,7 @@ async def test_text_access_log_line(app_client, capsys):
     async with app_client(log_format="text") as client:
         await client.post("/v1/responses", json={"model": "gpt-4o-mini", "input": "hi"},
                           headers={"x-request-id": "text-1"})
-    [line] = [l for l in capsys.readouterr().err.splitlines() if "text-1" in l]
+    [line] = [text for text in capsys.readouterr().err.splitlines() if "text-1" in text]
     assert '"POST /v1/responses" 200' in line and "model=gpt-4o-mini" in line
 
 

@@ -12,7 +12,7 @@ import asyncio
 import atexit
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 
@@ -85,7 +85,7 @@ class AccessLog:
         if self.json:
             text = orjson.dumps(line).decode()
         else:
-            stamp = datetime.fromtimestamp(line["start"], timezone.utc).isoformat(timespec="milliseconds")
+            stamp = datetime.fromtimestamp(line["start"], UTC).isoformat(timespec="milliseconds")
             tokens = line["tokens"] or {}
             text = (f'{stamp} {line["id"]} "{line["method"]} {line["path"]}" {line["status"]} '
                     f'{line["elapsed_ms"]}ms endpoint={line["endpoint"]} model={line["model"] or "-"} '

@@ -294,7 +294,7 @@ class _Pacers:
         loop = asyncio.get_running_loop()
         pacer = self.by_loop.get(loop)
         if pacer is None:
-            self.by_loop = {l: p for l, p in self.by_loop.items() if not l.is_closed()}
+            self.by_loop = {other: p for other, p in self.by_loop.items() if not other.is_closed()}
             pacer = self.by_loop[loop] = Pacer(loop)
         self.last = pacer
         return pacer

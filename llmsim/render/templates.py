@@ -391,7 +391,7 @@ class TemplateSet:
             raw[name] = (path, datafiles.load(path, "template"))
         self.objects: dict[str, Node] = {}
         owners: dict[str, Path] = {}
-        for name, (path, doc) in raw.items():
+        for path, doc in raw.values():
             for obj_name in (doc.get("objects") or {}):
                 if obj_name in owners:
                     raise ConfigError(f"{path}: objects.{obj_name}: already defined in {owners[obj_name]}; "

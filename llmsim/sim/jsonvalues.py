@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 try:  # Python 3.11+
@@ -33,7 +33,7 @@ CITIES = ("Paris, France", "Tokyo, Japan", "Lisbon, Portugal", "Nairobi, Kenya",
           "Santiago, Chile", "Oslo, Norway", "Seoul, South Korea", "Austin, TX", "Melbourne, Australia")
 WORDS = ("alpha", "bravo", "delta", "river", "signal", "garden", "engine", "planet", "letter",
          "music", "answer", "ocean", "forest", "cloud", "bridge", "summer", "quiet", "golden")
-EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def value(schema: Any, rng: random.Random) -> Any:

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 import httpx
+import netlab
 import openai
 import pytest
-
-import netlab
 
 pytestmark = pytest.mark.multihost
 
@@ -150,7 +149,7 @@ def cluster():
                                "-c", str(run / "nginx.conf"), "-g", "daemon off;"], "nginx.log")
         cluster = Cluster(lab, run, hosts)
         for name in hosts:
-            wait_until(lambda: cluster.direct[name].get("/health").status_code == 200, f"llmsim host {name}",
+            wait_until(lambda name=name: cluster.direct[name].get("/health").status_code == 200, f"llmsim host {name}",
                        logs=[lab.log(f"host-{name}.log"), lab.log("nginx.log"), lab.log("nginx-error.log")])
         yield cluster
     finally:
