@@ -146,9 +146,11 @@ def serve(settings: Settings) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+STARTUP_FAILURE = 3     # the exit status uvicorn gives a server that could not start
+
+
 def _serve(settings: Settings) -> int:
     import uvicorn
-    from uvicorn.server import STARTUP_FAILURE
 
     from llmsim.server.versions import choose
     settings = settings.replace(server=choose(settings.server))
