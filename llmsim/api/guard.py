@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 
+from llmsim.api.validation import replay
 from llmsim.errors import APIError, AuthenticationError, PayloadTooLargeError
 
 JSON = b"application/json"
@@ -60,7 +61,7 @@ class Guard:
             raise self._too_large(f"more than {self.limit}")
         scope = {**scope, "headers": [*[(k, v) for k, v in scope["headers"] if k != b"transfer-encoding"],
                                       (b"content-length", str(len(body)).encode())]}
-        return scope, _replay(body, receive)
+        return scope, replay(body, receive)
 
     def _protected(self, path: str) -> bool:
         if self.bare and not self.admin(path):
@@ -99,19 +100,6 @@ async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
                *[(k.encode(), v.encode()) for k, v in error.headers.items()]]
     await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
     await send({"type": "websocket.http.response.body", "body": body})
-
-
-def _replay(body: bytes, receive):
-    """A receive channel that hands over the buffered body once, then the real channel."""
-    sent = False
-
-    async def replayed():
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-    return replayed
 
 
 def _auth_error(headers: dict) -> AuthenticationError:

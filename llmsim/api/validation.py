@@ -215,12 +215,17 @@ class BodyValidator(AbstractRequestBodyValidator):
         raw = json.dumps(body).encode()
         headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
         scope = {**scope, "headers": [*headers, (b"content-length", str(len(raw)).encode())]}
-        sent = False
+        return replay(raw, receive), scope
 
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return replay, scope
+
+def replay(body: bytes, receive):
+    """A receive channel that hands over the buffered body once, then the real channel."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replayed
