@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for tests' own servers)
@@ -41,8 +42,9 @@ def pytest_collection_modifyitems(items):
 
 def _read_each_document_once() -> None:
     """connexion reads an OpenAPI document (through jinja and PyYAML's pure-Python parser) each
-    time an app is built: a quarter of `create_app`, which many in-process tests call. Here
-    each document, unchanged since, is read once and every app gets its own deep copy."""
+    time an app is built, and validates it: half of `create_app`, which many in-process tests
+    call. Here each document, unchanged since, is read once and every app gets its own deep
+    copy."""
     import copy
 
     from connexion.spec import Specification
@@ -55,6 +57,17 @@ def _read_each_document_once() -> None:
             documents[key] = read(arguments, specification)
         return copy.deepcopy(documents[key])
     Specification._load_spec_from_file = staticmethod(read_once)
+
+    # ... and validated once: connexion validates a document against the OpenAPI schema each
+    # time it builds a Specification, once more per base path (`with_base_path` clones).
+    validate, valid = Specification._validate_spec.__func__, set()
+
+    def validate_once(cls, spec):
+        key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        if key not in valid:
+            validate(cls, spec)
+            valid.add(key)
+    Specification._validate_spec = classmethod(validate_once)
 
 
 _read_each_document_once()

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema_rs
-import yaml
 from connexion.json_schema import resolve_refs
 from starlette.types import Receive, Scope
 
+from llmsim import datafiles
 from llmsim.api.validation import (check, check_depth, compile_schema, json_body, read_body,
                                    unsupported_media_type)
 from llmsim.server.context import enter
@@ -93,7 +93,7 @@ def nullable_to_types(schema: t.Any) -> t.Any:
 
 def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
     """path -> Operation for every POST whose only input is a JSON request body."""
-    spec = resolve_refs(yaml.safe_load(spec_path.read_text(encoding="utf-8")))
+    spec = resolve_refs(datafiles.read_yaml(spec_path))
     ops = {}
     for path, item in (spec.get("paths") or {}).items():
         post = item.get("post")

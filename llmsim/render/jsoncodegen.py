@@ -41,9 +41,11 @@ import logging
 import re
 from ast import literal_eval
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, Callable, NamedTuple
 
 import orjson
+import jinja2
 from jinja2 import meta
 
 from llmsim.errors import APIError, ConfigError, ServerError
@@ -577,8 +579,7 @@ class JsonCodegen:
         return key
 
     def _reads_of(self, text: str) -> set[str]:
-        env = self.compiler.env
-        return set(meta.find_undeclared_variables(env.parse(text)))
+        return set(_reads(text))
 
     def _object_function(self, name: Any, fixed: bool, where: str) -> str:
         """Code giving the writer of the object `name` (an expression unless `fixed`). For
@@ -812,3 +813,14 @@ class JsonCodegen:
         then = self.gen(node.get("$then"), f"{where}.$then")
         other = self.gen(node["$else"], f"{where}.$else") if "$else" in node else Gen("None", omittable=True)
         return _chosen((test,), (then,), other.code, then.omittable or other.omittable)
+
+
+_PARSER = jinja2.Environment()     # the syntax every template environment shares (pyexpr.Environment)
+
+
+@cache
+def _reads(text: str) -> frozenset[str]:
+    """The variables an expression or string template reads: a pure function of its text, so
+    each distinct text is parsed once per process (templates repeat their expressions, and
+    tests build many apps from the same files)."""
+    return frozenset(meta.find_undeclared_variables(_PARSER.parse(text)))
