@@ -120,15 +120,21 @@ def served(live_server_factory):
     return get
 
 
-@pytest.fixture(scope="session")
-def server(served) -> LiveServer:
-    """The shared live server: no simulated latency, default everything else."""
-    return served("tuned")
+@pytest.fixture(scope="module")
+def server(request, served) -> LiveServer:
+    """The shared live server: no simulated latency, default everything else. In a module
+    that sets `ON_BOTH_SERVERS = True`, each test runs on both (`--server tuned` and `plain`)."""
+    return served(getattr(request, "param", "tuned"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def client(server):
     return server.client()
+
+
+def pytest_generate_tests(metafunc):
+    if getattr(metafunc.module, "ON_BOTH_SERVERS", False) and "server" in metafunc.fixturenames:
+        metafunc.parametrize("server", SERVERS, indirect=True, scope="module")
 
 
 @pytest.fixture

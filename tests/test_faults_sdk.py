@@ -6,7 +6,6 @@ import time
 import openai
 import pytest
 
-from conftest import SERVERS
 from llmsim.faults.kinds import load_kinds
 
 KINDS = load_kinds()
@@ -21,15 +20,7 @@ SDK_ERRORS = {400: openai.BadRequestError, 401: openai.AuthenticationError,
 IMMEDIATE = sorted(name for name, kind in KINDS.items() if kind.effect in ("error", "timeout"))
 
 
-@pytest.fixture(scope="module", params=SERVERS)
-def server(request, served):
-    """Every test here runs against both servers (`--server tuned` and `--server plain`)."""
-    return served(request.param)
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
+ON_BOTH_SERVERS = True     # each test runs on `--server tuned` and `--server plain` (conftest)
 
 
 def fault(value: str) -> dict:

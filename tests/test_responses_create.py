@@ -6,19 +6,9 @@ import re
 
 import pytest
 
-from conftest import SERVERS
 from our_spec import check_exchange, check_response_body
 
-
-@pytest.fixture(scope="module", params=SERVERS)
-def server(request, served):
-    """Every test here runs against both servers (`--server tuned` and `--server plain`)."""
-    return served(request.param)
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
+ON_BOTH_SERVERS = True     # each test runs on `--server tuned` and `--server plain` (conftest)
 
 
 def create_raw(client, **params):

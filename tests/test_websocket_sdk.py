@@ -1,25 +1,15 @@
 """Responses WebSocket mode through the official SDK's client (`client.responses.connect()`)."""
 from __future__ import annotations
 
-import pytest
 from openai.types.responses.responses_server_event import ResponseWsError
 
-from conftest import SERVERS
 from oai_schemas import validate_response_event, validate_ws_error
 
 MODEL = "gpt-4o"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 
 
-@pytest.fixture(scope="module", params=SERVERS)
-def server(request, served):
-    """Every test here runs against both servers (`--server tuned` and `--server plain`)."""
-    return served(request.param)
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
+ON_BOTH_SERVERS = True     # each test runs on `--server tuned` and `--server plain` (conftest)
 
 
 def checked(event) -> dict:
