@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from llmsim.faults.kinds import load_kinds
+from llmsim.testing import Server
 
 BODY = {"model": "gpt-4o-mini", "input": "hi"}
 
@@ -58,11 +58,17 @@ async def test_bad_updates_are_400_naming_the_field_and_change_nothing(app_clien
     assert state["rates"] == {}
 
 
-def test_admin_document_lists_every_catalogued_kind():
-    doc = yaml.safe_load((REPO / "openapi" / "admin.yaml").read_text())
-    schemas = doc["components"]["schemas"]
-    assert set(schemas["FaultKind"]["enum"]) == set(load_kinds())
-    assert set(schemas["FaultRates"]["properties"]) == set(load_kinds())
+def test_a_kind_from_a_data_dir_can_be_scheduled_and_given_a_rate(tmp_path):
+    catalogue = yaml.safe_load((REPO / "llmsim" / "data" / "faults.yaml").read_text())
+    catalogue["kinds"]["teapot"] = {"status": 418, "type": "invalid_request_error", "code": "teapot",
+                                    "message": "I'm a teapot."}
+    (tmp_path / "faults.yaml").write_text(yaml.safe_dump(catalogue))
+    with Server(["--data", str(tmp_path), "--profile", "instant"]) as server:
+        update = httpx.post(server.url + "/llmsim/faults",
+                            json={"schedule": [{"kind": "teapot"}], "errors": {"teapot": 0.5}})
+        answer = httpx.post(server.openai_url + "/responses", json={"model": "gpt-4o", "input": "hi"})
+    assert update.status_code == 200 and update.json()["rates"] == {"teapot": 0.5}
+    assert answer.status_code == 418 and answer.json()["error"]["code"] == "teapot"
 
 
 @pytest.fixture
