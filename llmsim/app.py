@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
 
     async def health(request):
-        return transport.json_response(sim.templates["health"].body_json(version=__version__))
+        return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths))
     app.add_url_rule("/health", "health", health, methods=["GET"])
     app.add_api(ADMIN_SPEC, base_path="/llmsim", name="/llmsim", strict_validation=False,
                 validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)

@@ -72,7 +72,9 @@ class Server:
                     raise RuntimeError(f"llmsim serve exited with status {self.proc.returncode}:\n"
                                        f"{self.output()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(f"{self.url}/health").status_code == 200:
+                    health = http.get(f"{self.url}/health")
+                    if health.status_code == 200:
+                        self.base_paths = tuple(health.json()["base_paths"])
                         return
                 time.sleep(0.1)
         self.stop()
@@ -81,8 +83,10 @@ class Server:
 
     @property
     def openai_url(self) -> str:
-        """The base URL for an OpenAI client: `OpenAI(base_url=server.openai_url, api_key=...)`."""
-        return f"{self.url}/v1"
+        """The base URL for an OpenAI client: `OpenAI(base_url=server.openai_url, api_key=...)`:
+        the server's `/v1` mount, else its first (`--base-path`)."""
+        base = "/v1" if "/v1" in self.base_paths else self.base_paths[0]
+        return self.url + base
 
     def output(self) -> str:
         """Everything the server has printed (stdout and stderr)."""

@@ -140,6 +140,11 @@ def test_openai_v1_answers_when_only_it_is_mounted(openai_only_server):
         assert httpx.get(f"{openai_only_server.url}{path}", timeout=30).status_code == 200, path
 
 
+def test_the_plugins_server_gives_the_sdk_its_only_mount(openai_only_server):
+    assert openai_only_server.openai_url == f"{openai_only_server.url}/openai/v1"
+    assert httpx.get(f"{openai_only_server.url}/health", timeout=30).json()["base_paths"] == ["/openai/v1"]
+
+
 # -- API keys and the setting --------------------------------------------------------------
 
 async def test_api_keys_guard_the_bare_routes_but_not_llmsims(app_client):
