@@ -95,18 +95,21 @@ def responses_loop(client: OpenAI) -> list[dict]:
 
 
 def chat_loop(client: OpenAI) -> list[dict]:
-    """A two-step Chat tool loop in JSON bodies: the question (a call), the result (an answer)."""
+    """A two-step Chat tool loop: the question (a call, a JSON body), the result (an answer, streamed)."""
     messages: list = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
-    steps = []
-    for _ in range(2):
-        completion = client.chat.completions.create(model="gpt-4o", messages=messages, tools=CHAT_TOOLS,
-                                                    parallel_tool_calls=False)
-        message = completion.choices[0].message
-        calls = message.tool_calls or []
-        steps.append({"text": message.content, "calls": [(c.function.name, c.function.arguments) for c in calls],
-                      "id": completion.id})
-        messages.append(message.model_dump(exclude_none=True))
-        messages += [{"role": "tool", "tool_call_id": c.id, "content": "fine"} for c in calls]
+    completion = client.chat.completions.create(model="gpt-4o", messages=messages, tools=CHAT_TOOLS,
+                                                parallel_tool_calls=False)
+    message = completion.choices[0].message
+    calls = message.tool_calls or []
+    steps = [{"text": message.content, "calls": [(c.function.name, c.function.arguments) for c in calls],
+              "id": completion.id}]
+    messages.append(message.model_dump(exclude_none=True))
+    messages += [{"role": "tool", "tool_call_id": c.id, "content": "fine"} for c in calls]
+    with client.chat.completions.create(model="gpt-4o", messages=messages, tools=CHAT_TOOLS,
+                                        stream=True) as stream:
+        chunks = list(stream)
+    steps.append({"text": "".join(c.choices[0].delta.content or "" for c in chunks if c.choices),
+                  "calls": [], "id": chunks[0].id})
     return steps
 
 
@@ -152,6 +155,16 @@ def replayed(replayer):
     return responses_loop(client), chat_loop(client), chained_loop(client)
 
 
+@pytest.fixture(scope="module")
+async def instant_replay(recorded):
+    """An in-process app replaying the fixtures at once (--replay-speed 0), not strict."""
+    from llmsim.app import create_app
+    from llmsim.settings import Settings
+    app = create_app(Settings(profile="instant", replay=str(recorded[0]), replay_speed=0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
+        yield http
+
+
 def saved(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
@@ -194,7 +207,7 @@ def test_a_replayed_streamed_tool_loop_says_the_same(recorded, replayed):
 def test_a_replayed_chat_loop_says_the_same(recorded, replayed):
     for before, after in zip(recorded[2], replayed[1]):
         assert (after["text"], after["calls"]) == (before["text"], before["calls"])
-    assert recorded[2][0]["calls"] and not recorded[2][1]["calls"]
+    assert recorded[2][0]["calls"] and recorded[2][1]["text"]
 
 
 def test_a_replayed_chain_of_previous_response_ids_matches_each_step(recorded, replayed):
@@ -223,15 +236,6 @@ def test_a_replay_keeps_the_recorded_timing_within_ten_percent(recorded, replaye
         assert abs(after["done"] - done) <= 0.1 * done, (done, after["done"])
 
 
-def test_replayed_events_and_bodies_fit_openais_schema(replayer, recorded):
-    first = saved(recorded[0])[0]["request"]["body"]
-    raw = httpx.post(f"{replayer.url}/v1/responses", json=first, timeout=30)
-    check_events(sse.parse(raw.text))
-    chat = saved(recorded[0])[3]["request"]["body"]
-    raw = httpx.post(f"{replayer.url}/v1/chat/completions", json=chat, timeout=30)
-    oai_schemas.validate_chat_completion(raw.json())
-
-
 def test_a_strict_miss_is_a_404_envelope(replayer):
     raw = httpx.post(f"{replayer.url}/v1/responses", json={"model": "gpt-4o", "input": "never recorded"},
                      timeout=30)
@@ -242,12 +246,32 @@ def test_a_strict_miss_is_a_404_envelope(replayer):
     check_error(raw, 404)
 
 
-async def test_a_miss_falls_through_to_simulation(app_client, recorded):
-    chat = saved(recorded[0])[4]
-    async with app_client(replay=str(recorded[0]), replay_speed=0) as http:
-        hit = await http.post("/v1/chat/completions", json=chat["request"]["body"])
-        miss = await http.post("/v1/chat/completions",
-                               json={"model": "gpt-4o", "messages": [{"role": "user", "content": "new"}]})
-    assert hit.json()["choices"][0]["message"]["content"] == recorded[2][1]["text"]
+async def test_replayed_events_and_bodies_fit_openais_schema(instant_replay, recorded):
+    fixtures = saved(recorded[0])
+    raw = await instant_replay.post("/v1/responses", json=fixtures[0]["request"]["body"])
+    check_events(sse.parse(raw.text))
+    raw = await instant_replay.post("/v1/chat/completions", json=fixtures[3]["request"]["body"])
+    oai_schemas.validate_chat_completion(raw.json())
+    raw = await instant_replay.post("/v1/chat/completions", json=fixtures[4]["request"]["body"])
+    events = sse.parse(raw.text)
+    assert events[-1] == (None, "[DONE]")
+    for _, chunk in events[:-1]:
+        oai_schemas.validate_chat_chunk(chunk)
+
+
+async def test_a_miss_falls_through_to_simulation(instant_replay, recorded):
+    hit = await instant_replay.post("/v1/chat/completions", json=saved(recorded[0])[3]["request"]["body"])
+    miss = await instant_replay.post("/v1/chat/completions",
+                                     json={"model": "gpt-4o", "messages": [{"role": "user", "content": "new"}]})
+    [call] = hit.json()["choices"][0]["message"]["tool_calls"]
+    assert (call["function"]["name"], call["function"]["arguments"]) == recorded[2][0]["calls"][0]
     assert miss.status_code == 200
     assert miss.json()["choices"][0]["message"]["content"].startswith("Lorem ipsum")
+
+
+def test_a_missing_replay_directory_stops_start_up(tmp_path):
+    from llmsim.app import create_app
+    from llmsim.errors import ConfigError
+    from llmsim.settings import Settings
+    with pytest.raises(ConfigError, match="replay: .*not a directory"):
+        create_app(Settings(replay=str(tmp_path / "absent")))

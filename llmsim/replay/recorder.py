@@ -118,14 +118,16 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
         exchange = _exchange(request, body, answer, parents)
 
         async def relay():
+            ended = False
             try:
                 async for chunk in answer.aiter_raw():
                     if exchange is not None:
                         exchange.feed(chunk, time.monotonic() - began)
                     yield chunk
+                ended = True
             finally:
                 await answer.aclose()
-                if exchange is not None:
+                if exchange is not None and ended:      # an answer cut short is not a fixture
                     _save(exchange, out, state, parents)
         passed = {k: v for k, v in answer.headers.items() if k not in DROP_RESPONSE}
         return StreamingResponse(relay(), status_code=answer.status_code, headers=passed)
