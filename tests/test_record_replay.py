@@ -127,6 +127,29 @@ def chained_loop(client: OpenAI) -> list[dict]:
     return steps
 
 
+def agent_run(url: str) -> tuple[str, list[str]]:
+    """An openai-agents run with one tool (the model calls it, then answers): its final
+    output and the arguments of each call it made."""
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+    set_tracing_disabled(True)
+    calls = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        calls.append(city)
+        return f"sunny in {city}"
+
+    async def run():
+        model = OpenAIResponsesModel("gpt-4o", AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0))
+        agent = Agent(name="weather", instructions="Be brief.", model=model, tools=[get_weather])
+        return (await Runner.run(agent, QUESTION)).final_output
+    return asyncio.run(run()), calls
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """The fixture directory and what the client saw while recording through the proxy."""
@@ -136,7 +159,7 @@ def recorded(tmp_path_factory):
     recorder = Recorder(upstream.url, out)
     try:
         client = client_of(recorder.url)
-        yield out, responses_loop(client), chat_loop(client), chained_loop(client)
+        yield out, responses_loop(client), chat_loop(client), chained_loop(client), agent_run(recorder.url)
     finally:
         recorder.stop()
         upstream.stop()
@@ -152,7 +175,7 @@ def replayer(recorded):
 @pytest.fixture(scope="module")
 def replayed(replayer):
     client = client_of(replayer.url)
-    return responses_loop(client), chat_loop(client), chained_loop(client)
+    return responses_loop(client), chat_loop(client), chained_loop(client), agent_run(replayer.url)
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +195,8 @@ def saved(out: Path) -> list[dict]:
 # ---- recording ---------------------------------------------------------------------------------
 def test_recording_writes_one_fixture_per_exchange_with_a_distinct_key(recorded):
     fixtures = saved(recorded[0])
-    assert [f["endpoint"] for f in fixtures] == ["responses"] * 3 + ["chat"] * 2 + ["responses"] * 2
-    assert len({f["key"] for f in fixtures}) == 7
+    assert [f["endpoint"] for f in fixtures] == ["responses"] * 3 + ["chat"] * 2 + ["responses"] * 4
+    assert len({f["key"] for f in fixtures}) == 9
     assert all(f["model"] == "gpt-4o" and f["request"]["body"]["model"] == "gpt-4o" for f in fixtures)
 
 
@@ -215,6 +238,12 @@ def test_a_replayed_chain_of_previous_response_ids_matches_each_step(recorded, r
     assert before[0]["calls"] and before[1]["text"]
     assert [(s["text"], s["calls"]) for s in after] == [(s["text"], s["calls"]) for s in before]
     assert after[1]["previous"] == after[0]["id"] != before[0]["id"]     # the request's own id, echoed
+
+
+def test_a_replayed_agent_run_calls_the_same_tool_and_answers_the_same(recorded, replayed):
+    (said, calls), (replayed_said, replayed_calls) = recorded[4], replayed[3]
+    assert calls and said
+    assert (replayed_said, replayed_calls) == (said, calls)
 
 
 def test_replayed_ids_are_fresh(recorded, replayed):
