@@ -304,3 +304,21 @@ def test_a_missing_replay_directory_stops_start_up(tmp_path):
     from llmsim.settings import Settings
     with pytest.raises(ConfigError, match="replay: .*not a directory"):
         create_app(Settings(replay=str(tmp_path / "absent")))
+
+
+# ---- the match key -----------------------------------------------------------------------------
+def chat_history(call_id: str, answer: str) -> dict:
+    return {"model": "gpt-4o", "messages": [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function",
+                                              "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": answer},
+        {"role": "user", "content": "Thanks. And tomorrow?"}]}
+
+
+def test_the_key_ignores_ids_but_not_the_history():
+    from llmsim.replay.fixtures import key
+    assert key("chat", chat_history("call_a", "sunny")) == key("chat", chat_history("call_b", "sunny"))
+    # the same last message after another history is another step
+    assert key("chat", chat_history("call_a", "sunny")) != key("chat", chat_history("call_a", "rain"))
+    assert key("chat", chat_history("call_a", "sunny")) != key("responses", chat_history("call_a", "sunny"))
