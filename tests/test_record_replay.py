@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import OpenAI, RateLimitError
 
 import oai_schemas
 import sse
@@ -150,6 +150,18 @@ def agent_run(url: str) -> tuple[str, list[str]]:
     return asyncio.run(run()), calls
 
 
+def retried(client: OpenAI) -> tuple[int, str]:
+    """One request answered 429 (an injected fault), then the same again, answered: the
+    first one's status and the retry's text."""
+    ask = dict(model="gpt-4o", input="Retry me.")
+    try:
+        client.responses.create(**ask, extra_headers={"x-llmsim-fault": "rate_limit"})
+        status = 200
+    except RateLimitError as exc:
+        status = exc.status_code
+    return status, client.responses.create(**ask).output_text
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """The fixture directory and what the client saw while recording through the proxy."""
@@ -159,7 +171,8 @@ def recorded(tmp_path_factory):
     recorder = Recorder(upstream.url, out)
     try:
         client = client_of(recorder.url)
-        yield out, responses_loop(client), chat_loop(client), chained_loop(client), agent_run(recorder.url)
+        yield out, responses_loop(client), chat_loop(client), chained_loop(client), agent_run(recorder.url), \
+            retried(client)
     finally:
         recorder.stop()
         upstream.stop()
@@ -175,7 +188,7 @@ def replayer(recorded):
 @pytest.fixture(scope="module")
 def replayed(replayer):
     client = client_of(replayer.url)
-    return responses_loop(client), chat_loop(client), chained_loop(client), agent_run(replayer.url)
+    return responses_loop(client), chat_loop(client), chained_loop(client), agent_run(replayer.url), retried(client)
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +208,8 @@ def saved(out: Path) -> list[dict]:
 # ---- recording ---------------------------------------------------------------------------------
 def test_recording_writes_one_fixture_per_exchange_with_a_distinct_key(recorded):
     fixtures = saved(recorded[0])
-    assert [f["endpoint"] for f in fixtures] == ["responses"] * 3 + ["chat"] * 2 + ["responses"] * 4
-    assert len({f["key"] for f in fixtures}) == 9
+    assert [f["endpoint"] for f in fixtures] == ["responses"] * 3 + ["chat"] * 2 + ["responses"] * 6
+    assert len({f["key"] for f in fixtures}) == 10       # the retry has its request's key
     assert all(f["model"] == "gpt-4o" and f["request"]["body"]["model"] == "gpt-4o" for f in fixtures)
 
 
@@ -244,6 +257,12 @@ def test_a_replayed_agent_run_calls_the_same_tool_and_answers_the_same(recorded,
     (said, calls), (replayed_said, replayed_calls) = recorded[4], replayed[3]
     assert calls and said
     assert (replayed_said, replayed_calls) == (said, calls)
+
+
+def test_the_same_request_recorded_twice_replays_in_order(recorded, replayed):
+    status, text = recorded[5]
+    assert status == 429 and text
+    assert replayed[4] == (429, text)
 
 
 def test_replayed_ids_are_fresh(recorded, replayed):
@@ -304,6 +323,17 @@ def test_a_missing_replay_directory_stops_start_up(tmp_path):
     from llmsim.settings import Settings
     with pytest.raises(ConfigError, match="replay: .*not a directory"):
         create_app(Settings(replay=str(tmp_path / "absent")))
+
+
+async def test_the_recorder_answers_an_unreachable_upstream_with_a_502_envelope(tmp_path):
+    from llmsim.replay.recorder import create_recorder
+    app = create_recorder(f"http://127.0.0.1:{free_port()}", tmp_path)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rec") as http:
+        raw = await http.post("/v1/responses", json={"model": "gpt-4o", "input": "hi"})
+    assert raw.status_code == 502
+    oai_schemas.validate_error_body(raw.json())
+    assert raw.json()["error"]["code"] == "upstream_unreachable"
+    assert not list(tmp_path.glob("*.json"))
 
 
 # ---- the match key -----------------------------------------------------------------------------
