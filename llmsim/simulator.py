@@ -71,7 +71,7 @@ class Simulator:
             self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
         s = self.settings                         # recorded exchanges answering matching requests
-        self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict) if s.replay else None
+        self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings

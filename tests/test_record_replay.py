@@ -259,6 +259,20 @@ def test_a_replayed_agent_run_calls_the_same_tool_and_answers_the_same(recorded,
     assert (replayed_said, replayed_calls) == (said, calls)
 
 
+async def test_a_replayed_chain_continues_on_another_replaying_server(replayer, instant_replay, recorded):
+    """The replayed response id names its exchange: a server that did not hand it out (another
+    worker, host or run) still finds the chain's next step."""
+    first = client_of(replayer.url).responses.create(model="gpt-4o", input=[{"role": "user", "content": QUESTION}],
+                                                     tools=TOOLS, parallel_tool_calls=False)
+    calls = [item for item in first.output if item.type == "function_call"]
+    follow = [{"type": "function_call_output", "call_id": c.call_id, "output": "fine"} for c in calls]
+    raw = await instant_replay.post("/v1/responses", json={
+        "model": "gpt-4o", "previous_response_id": first.id, "input": follow, "tools": TOOLS,
+        "parallel_tool_calls": False})
+    assert raw.json()["output_text"] == recorded[3][1]["text"]
+    assert raw.json()["previous_response_id"] == first.id
+
+
 def test_the_same_request_recorded_twice_replays_in_order(recorded, replayed):
     status, text = recorded[5]
     assert status == 429 and text

@@ -24,6 +24,7 @@ FORMAT = 1                       # `llmsim_fixture` in every file
 ENDPOINTS = {"/responses": "responses", "/chat/completions": "chat"}
 ID_FIELDS = frozenset({"id", "call_id", "tool_call_id", "item_id", "response_id", "previous_response_id"})
 NO_PARENT = "-"
+KEY_LENGTH = 32                  # hex digits of a match key
 
 
 def endpoint_of(path: str) -> str | None:
@@ -61,7 +62,7 @@ def key(endpoint: str, body: dict, parent: str | None = None) -> str:
         "endpoint": endpoint, "model": body.get("model"), "stream": bool(body.get("stream")),
         "system": _digest(system), "tools": _digest(without_ids(body.get("tools"))),
         "history": _digest([parent or NO_PARENT, without_ids(history)]),
-    })[:32]
+    })[:KEY_LENGTH]
 
 
 def response_id(fixture: dict) -> str | None:

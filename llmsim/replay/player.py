@@ -31,14 +31,15 @@ _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 class Player:
-    def __init__(self, directory: str | Path, clock: Clock, speed: float = 1.0, strict: bool = False):
+    def __init__(self, directory: str | Path, clock: Clock, speed: float = 1.0, strict: bool = False,
+                 seed: int | None = None):
         self.clock, self.speed, self.strict = clock, speed, strict
         self.fixtures: dict[str, list[dict]] = defaultdict(list)
         for fixture in fixtures.load(Path(directory)):
             self.fixtures[fixture["key"]].append(fixture)
         self.played: dict[str, int] = defaultdict(int)
-        self.parents: dict[str, str] = {}          # a response id handed out -> its fixture's key
-        self.rng = random.Random()
+        self.parents: dict[str, str] = {}          # a short response id handed out -> its fixture's key
+        self.rng = random.Random(seed)            # the fresh ids (--seed fixes them)
 
     def __len__(self) -> int:
         return sum(len(found) for found in self.fixtures.values())
@@ -46,7 +47,7 @@ class Player:
     async def answer(self, endpoint: str, body: dict, start: float) -> Response | None:
         """The recorded answer to `body`, paced from `start`; None when nothing matches (not strict)."""
         previous = body.get("previous_response_id") if endpoint == "responses" else None
-        parent = self.parents.get(previous, previous) if previous else None
+        parent = (self.parents.get(previous) or _embedded(previous, self.fixtures) or previous) if previous else None
         key = fixtures.key(endpoint, body, parent)
         found = self.fixtures.get(key)
         if not found:
@@ -61,7 +62,8 @@ class Player:
         fixture = found[min(n, len(found) - 1)]
         fresh = self._fresh(fixture, body)
         if (recorded := fixtures.response_id(fixture)) is not None:
-            self.parents[fresh.ids.setdefault(recorded, fresh.new_id(recorded))] = key
+            fresh.ids[recorded] = handed = fresh.new_id(recorded, key)
+            self.parents[handed] = key
         response = fixture["response"]
         status, headers = response.get("status", 200), response.get("headers") or {}
         if "events" in response:
@@ -94,11 +96,15 @@ class Fresh:
         self.rng, self.offset = rng, offset
         self.ids: dict[str, str] = {}
 
-    def new_id(self, old: str) -> str:
+    def new_id(self, old: str, key: str = "") -> str:
+        """A new id of `old`'s prefix, length and alphabet. A response id begins with its
+        fixture's `key` where it is long enough, so a later `previous_response_id` naming it
+        finds its exchange in any process (`_embedded`)."""
         match = _PREFIXED.match(old)
         prefix, rest = (match.group(1), match.group(2)) if match else ("", old)
         alphabet = "0123456789abcdef" if set(rest) <= _HEX else _ALNUM
-        return prefix + "".join(self.rng.choice(alphabet) for _ in rest)
+        head = key if len(rest) >= len(key) + 8 else ""
+        return prefix + head + "".join(self.rng.choice(alphabet) for _ in rest[len(head):])
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, dict):
@@ -117,6 +123,13 @@ class Fresh:
         if isinstance(value, list):
             return [self(v) for v in value]
         return value
+
+
+def _embedded(response_id: str, known: dict) -> str | None:
+    """The fixture key a replayed response id begins with (Fresh.new_id), if it is one."""
+    match = _PREFIXED.match(response_id)
+    head = match.group(2)[:fixtures.KEY_LENGTH] if match else ""
+    return head if head in known else None
 
 
 def _frame(event: dict, fresh: Fresh) -> bytes:
