@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import cachetools
 from starlette.responses import Response
 
 from llmsim.clock import Clock
@@ -23,6 +24,7 @@ from llmsim.errors import NotFoundError
 from llmsim.pacing import transport
 from llmsim.replay import fixtures
 
+PARENTS = 10000                 # short response ids remembered (longer ones carry their key)
 FRESH_FIELDS = frozenset({"id", "call_id", "item_id"})
 TIMESTAMPS = frozenset({"created", "created_at", "completed_at"})
 _PREFIXED = re.compile(r"^([A-Za-z]+[_-])(.+)$")
@@ -38,11 +40,8 @@ class Player:
         for fixture in fixtures.load(Path(directory)):
             self.fixtures[fixture["key"]].append(fixture)
         self.played: dict[str, int] = defaultdict(int)
-        self.parents: dict[str, str] = {}          # a short response id handed out -> its fixture's key
+        self.parents = cachetools.LRUCache(PARENTS)  # a short response id handed out -> its fixture's key
         self.rng = random.Random(seed)            # the fresh ids (--seed fixes them)
-
-    def __len__(self) -> int:
-        return sum(len(found) for found in self.fixtures.values())
 
     async def answer(self, endpoint: str, body: dict, start: float) -> Response | None:
         """The recorded answer to `body`, paced from `start`; None when nothing matches (not strict)."""
@@ -63,7 +62,8 @@ class Player:
         fresh = self._fresh(fixture, body)
         if (recorded := fixtures.response_id(fixture)) is not None:
             fresh.ids[recorded] = handed = fresh.new_id(recorded, key)
-            self.parents[handed] = key
+            if _embedded(handed, self.fixtures) != key:        # too short to carry the key
+                self.parents[handed] = key
         response = fixture["response"]
         status, headers = response.get("status", 200), response.get("headers") or {}
         if "events" in response:

@@ -46,6 +46,8 @@ class Exchange:
     def feed(self, chunk: bytes, at: float) -> None:
         self.buffer += chunk
         self.ended_at = at
+        if self.streamed and b"\r" in self.buffer:      # CRLF line ends (some servers'): as LF
+            self.buffer = self.buffer.replace(b"\r\n", b"\n")
         while self.streamed:
             end = self.buffer.find(b"\n\n")
             if end < 0:
