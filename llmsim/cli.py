@@ -88,6 +88,19 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
     serve.add_argument("--webhook-faults", type=_yaml,
                        help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
+    # record and replay (llmsim.replay)
+    serve.add_argument("--replay", metavar="DIR", help="answer requests matching a fixture in DIR "
+                       "(written by `llmsim record`) as recorded; others are simulated")
+    serve.add_argument("--replay-speed", type=float, help="replay the recorded timing this many times "
+                       "faster (default 1; 0: no waiting)")
+    serve.add_argument("--replay-strict", action="store_true", default=None,
+                       help="with --replay: a request no fixture matches gets a 404 instead of a simulated answer")
+    record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
+                            "as a fixture for `llmsim serve --replay`")
+    record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
+    record.add_argument("--out", required=True, help="directory the fixtures are written to (made if missing)")
+    record.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    record.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     return p
 
 
@@ -110,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if command == "top":                    # a client of a running server: no settings
         from llmsim.observe.dashboard import main as top
         return top(**args)
+    if command == "record":                 # a proxy: no settings either
+        return record(**args)
     try:
         settings = Settings.load(args)
         if command == "serve":
@@ -144,6 +159,17 @@ def serve(settings: Settings) -> int:
         raise                                   # not reached: the signal ends the process
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def record(upstream: str, out: str, host: str, port: int) -> int:
+    """`llmsim record`: the recording proxy (llmsim.replay.recorder) until Ctrl-C or SIGTERM."""
+    import uvicorn
+
+    from llmsim.replay.recorder import create_recorder
+    server = uvicorn.Server(uvicorn.Config(create_recorder(upstream, out), host=host, port=port,
+                                           log_level="warning", access_log=False))
+    server.run()
+    return 0 if server.started else STARTUP_FAILURE
 
 
 STARTUP_FAILURE = 3     # the exit status uvicorn gives a server that could not start

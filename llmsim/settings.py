@@ -69,6 +69,9 @@ class Settings:
     webhook_attempts: int = 5           # tries per delivery before it is dropped
     webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
     webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
+    replay: str | None = None           # directory of fixtures (llmsim record --out) answering matching requests
+    replay_speed: float = 1.0           # recorded times divided by this (0: no waiting)
+    replay_strict: bool = False         # a request no fixture matches gets a 404 instead of a simulated answer
 
     @property
     def usage(self) -> str:

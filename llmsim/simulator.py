@@ -13,6 +13,7 @@ from llmsim.faults.catalogue import FaultInjector
 from llmsim.faults.kinds import load_kinds
 from llmsim.ids import Ids
 from llmsim.observe.stats import Stats
+from llmsim.replay.player import Player
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
 from llmsim.sim import latency, tokens
@@ -69,6 +70,8 @@ class Simulator:
         if getattr(self.store, "shared_faults", None) is not None:
             self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
+        s = self.settings                         # recorded exchanges answering matching requests
+        self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings

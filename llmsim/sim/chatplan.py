@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, logprobs, textgen, tokens, toolcalls
+from llmsim.sim import inputs, latency, logprobs, structured, textgen, tokens, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, visible_text
 
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -150,11 +150,12 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     tool_req = toolcalls.chat_request(body) if tools else None
     last_role = turns[-1].role if turns else None
     stops = _stops(stop) if (stop := body.get("stop")) else []
+    schema = structured.chat_schema(body)
     choices = []
     first_token = None
     visible = reasoning = 0
     for index in range(body.get("n") or 1):
-        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops)
+        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema)
         if first_token is None:
             first_token = sched.first_token
         elif first_token != sched.first_token:
@@ -180,16 +181,17 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
 
 
 def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
-            tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str]):
+            tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str],
+            schema: dict | None = None):
     """One choice and its schedule: text or calls first, then the reasoning that led to it.
-    `tool_req` None: the request names no tools."""
+    `tool_req` None: the request names no tools; `schema`: the JSON the text must fit."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
     names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req else None
     if names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = visible_text(ctx, turns, None)
+        text = visible_text(ctx, turns, None, schema)
         if stops:
             text = _stop(text, stops, enc)
         wanted = text.tokens

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from llmsim.ids import Ids
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import builtins, inputs, latency, logprobs, textgen, toolcalls
+from llmsim.sim import builtins, inputs, latency, logprobs, structured, textgen, toolcalls
 from llmsim.sim.models import Model
 
 
@@ -146,7 +146,11 @@ class Context:
     ids: Ids               # identifier formats (llmsim/data/ids.yaml)
 
 
-def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None) -> textgen.Text:
+def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None,
+                 schema: dict | None = None) -> textgen.Text:
+    """The answer's text: JSON fitting `schema` (structured outputs), else the generator's."""
+    if schema is not None:
+        return structured.text(schema, ctx.rng, cap, ctx.model.encoding)
     s = ctx.settings
     if s.generator in textgen.PURE:     # says the same whatever the request: no input to read
         return textgen.generate(s.generator, s.target_tokens, cap, None, ctx.model.encoding)
@@ -206,7 +210,7 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     if names:
         return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
-    text = visible_text(ctx, turns, cap)
+    text = visible_text(ctx, turns, cap, structured.responses_schema(body))
     reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
     response_id = ctx.ids.make("response", rng)

@@ -21,6 +21,8 @@ class ResponsesHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(self.received_at())
+        if sim.replay is not None and (replayed := await sim.replay.answer("responses", body, start)) is not None:
+            return replayed
         fault = sim.faults.begin("responses", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
