@@ -293,6 +293,16 @@ def test_same_answers_and_one_attempt_count_with_two_workers(workers):
 def test_an_error_turn_fails_once_across_workers(workers):
     """The same history sent over fresh connections (spread over both workers by the kernel):
     exactly one request gets the scripted rate limit, every other one the answer after it."""
+    assert _statuses(workers) == [429] + [200] * 7
+
+
+def test_an_error_turn_fails_once_across_workers_sharing_redis(live_server_factory, scenario_file, redis_url):
+    server = live_server_factory("--profile", "instant", "--scenarios", str(scenario_file), "--workers", "2",
+                                 "--store", redis_url)
+    assert _statuses(server) == [429] + [200] * 7
+
+
+def _statuses(workers) -> list[int]:
     import httpx
     body = {"model": MODEL, "messages": [
         {"role": "user", "content": nonce()},
@@ -306,4 +316,26 @@ def test_an_error_turn_fails_once_across_workers(workers):
             statuses.append(reply.status_code)
             if reply.status_code == 200:
                 assert reply.json()["choices"][0]["message"]["content"] == SUNNY
-    assert statuses == [429] + [200] * 7
+    return statuses
+
+
+def test_openai_agents_runner_plays_the_scenario(server):
+    """An openai-agents Runner (Responses model, a function tool) runs the scripted loop, its
+    client retrying the scripted rate limit."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    seen = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        seen.append(city)
+        return "21 C, sunny"
+
+    client = openai.AsyncOpenAI(base_url=server.base, api_key="sk-test", max_retries=2)
+    agent = agents.Agent(name="weather", instructions="Answer weather questions.", tools=[get_weather],
+                         model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+                         model_settings=agents.ModelSettings(extra_headers={"x-llmsim-scenario": "weather-agent"}))
+    result = agents.Runner.run_sync(agent, nonce())
+    assert seen == ["Paris"]
+    assert result.final_output == SUNNY
