@@ -169,17 +169,17 @@ def test_request_seed_fixes_ids_arguments_and_text(client):
     assert texts[0] == texts[1]
 
 
-def test_request_seed_fixes_timing(live_server_factory):
-    """With a latency profile, the same seed gives the same simulated timing (the usage
-    extension reports it), whatever the server's own --seed."""
-    first = live_server_factory("--profile", "gpt-4o", "--seed", "1", "--target-tokens", "5").client()
-    second = live_server_factory("--profile", "gpt-4o", "--seed", "2", "--target-tokens", "5").client()
-
-    def timing(client):
-        usage = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
-                                               extra_headers={"x-llmsim-seed": "11"}).usage
-        return usage.model_extra["time_to_first_token"], usage.model_extra["throughput_after_first_token"]
-    assert timing(first) == timing(second)
+async def test_request_seed_fixes_timing_whatever_the_server_seed(app_client):
+    """With a latency profile, the same x-llmsim-seed gives the same simulated timing (the
+    usage extension reports it) on servers started with different --seed values."""
+    async def timing(server_seed: int):
+        async with app_client(profile="fast", seed=server_seed, target_tokens=5) as http:
+            await http.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+            reply = await http.post("/v1/chat/completions", headers={"x-llmsim-seed": "11"},
+                                    json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+        usage = reply.json()["usage"]
+        return usage["time_to_first_token"], usage["throughput_after_first_token"]
+    assert await timing(1) == await timing(2)
 
 
 def test_bad_request_seed_is_a_400_envelope(server):

@@ -36,6 +36,11 @@ scenarios:
     turns:
       - text: "only"
     on_exhausted: error
+  flaky-stream:
+    turns:
+      - error: stream_error
+        after_tokens: 2
+      - text: "one two three four five six"
   shapes:
     turns:
       - refusal: "I can't help with that."
@@ -232,6 +237,32 @@ def _turn(conn) -> list:
     raise AssertionError("connection closed before the response finished")
 
 
+def test_a_mid_stream_error_turn_streams_part_of_the_answer_then_fails(server):
+    plain = server.client()
+    messages = [{"role": "user", "content": nonce()}]
+    with pytest.raises(openai.APIError):
+        chunks = []
+        for chunk in plain.chat.completions.create(model=MODEL, messages=messages, stream=True,
+                                                   **scenario("flaky-stream")):
+            chunks.append(chunk)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "one two"
+    again = plain.chat.completions.create(model=MODEL, messages=messages, **scenario("flaky-stream"))
+    assert again.choices[0].message.content == "one two three four five six"
+
+
+def test_turns_count_through_a_conversation(client):
+    conversation = client.conversations.create()
+    said = [client.responses.create(model=MODEL, input="next", conversation=conversation.id,
+                                    **scenario("looping")).output_text for _ in range(3)]
+    assert said == ["one", "two", "one"]
+
+
+async def test_default_scenario_answers_requests_naming_none(app_client, scenario_file):
+    async with app_client(scenarios=str(scenario_file), default_scenario="looping") as http:
+        reply = await http.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+    assert reply.json()["output_text"] == "one"
+
+
 def test_rules_answer_requests_that_select_no_scenario(client):
     messages = [{"role": "user", "content": "Weather please"}]
     first = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS_CHAT)
@@ -260,17 +291,31 @@ def test_unknown_scenario_is_a_400_envelope(server):
 
 @pytest.mark.parametrize("content, where", [
     ("scenarios: {a: {turns: [{txt: hi}]}}", "scenarios.a.turns[0]"),
-    ("scenarios: {a: {turns: [{text: hi, refusal: no}]}}", "scenarios.a.turns[0]"),
+    ("scenarios: {a: {turns: [{text: hi, refusal: 'no'}]}}", "scenarios.a.turns[0]: a turn has exactly one"),
+    ("scenarios: {a: {turns: [{text: hi, attempts: 2}]}}", "scenarios.a.turns[0].attempts"),
     ("scenarios: {a: {turns: [{error: rate_limt}]}}", "scenarios.a.turns[0].error"),
+    ("scenarios: {a: {turns: [{text: hi}], on_exhausted: stop}}", "scenarios.a.on_exhausted"),
     ("rules: [{when: {user_contains: 3}, respond: {text: x}}]", "rules[0].when.user_contains"),
+    ("rules: [{when: {user_matches: '('}, respond: {text: x}}]", "rules[0].when.user_matches"),
 ])
-def test_bad_scenario_file_stops_start_up_naming_file_and_path(tmp_path, content, where):
+def test_bad_scenario_file_is_refused_naming_file_and_path(tmp_path, content, where):
+    from llmsim.errors import ConfigError
+    from llmsim.faults.kinds import load_kinds
+    from llmsim.sim.scenarios import ScenarioSet
     path = tmp_path / "bad.yaml"
     path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        ScenarioSet.load(str(path), list(load_kinds()))
+    assert str(caught.value).startswith(f"{path}: at {where}")
+
+
+def test_bad_scenario_file_stops_start_up(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("scenarios: {a: {turns: [{error: rate_limt}]}}")
     done = subprocess.run([sys.executable, "-m", "llmsim", "serve", "--port", "0", "--scenarios", str(path)],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert str(path) in done.stderr and f"at {where}" in done.stderr
+    assert done.returncode == 2
+    assert f"{path}: at scenarios.a.turns[0].error: unknown fault kind 'rate_limt'" in done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -296,10 +341,23 @@ def test_an_error_turn_fails_once_across_workers(workers):
     assert _statuses(workers) == [429] + [200] * 7
 
 
-def test_an_error_turn_fails_once_across_workers_sharing_redis(live_server_factory, scenario_file, redis_url):
-    server = live_server_factory("--profile", "instant", "--scenarios", str(scenario_file), "--workers", "2",
-                                 "--store", redis_url)
-    assert _statuses(server) == [429] + [200] * 7
+@pytest.mark.parametrize("backend", ["redis", "sqlite", "lmdb"])
+async def test_stores_count_attempts_for_every_process(backend, request, tmp_path):
+    """Two store objects on one Redis, SQLite file or LMDB directory (as two processes
+    would open them) count one sequence of attempts per key."""
+    from llmsim.settings import Settings
+    from llmsim.state.store import open_store
+    target = {"redis": lambda: request.getfixturevalue("redis_url"), "sqlite": lambda: str(tmp_path / "s.db"),
+              "lmdb": lambda: f"lmdb:{tmp_path / 'env'}"}[backend]()
+    one, two = (open_store(Settings(store=target)) for _ in range(2))
+    key = f"scenario:x:1:{uuid.uuid4().hex}:0"
+    try:
+        counts = [await one.attempt(key), await two.attempt(key), await one.attempt(key),
+                  await two.attempt(key + "-other")]
+    finally:
+        await one.close()
+        await two.close()
+    assert counts == [1, 2, 3, 1]
 
 
 def _statuses(workers) -> list[int]:

@@ -5,7 +5,7 @@ machinery, then its answer plays.
 may script: it returns the injection (what a fault does) and the answer to plan (None:
 generate as usual). An error turn fails the first `attempts` requests that reach it with
 the same history; the attempts are counted by `counter` (the store's `attempt`: shared by
-every process of a Redis or LMDB store; `Attempts`, this process's own, otherwise). A
+every process of a Redis, LMDB or SQLite store; `Attempts`, this process's own, for memory). A
 request no error turn fails goes on to the usual triggers (the fault header, the schedule,
 the rates), so content faults apply to scripted answers too.
 """
