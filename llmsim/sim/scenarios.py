@@ -167,7 +167,8 @@ class ScenarioSet:
 
     def wanted(self, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> bool:
         """Whether a request may be scripted (else it is simulated without looking further)."""
-        return bool(self.rules or self.default is not None or (headers is not None and HEADER in headers)
+        return bool(self.rules or self.default is not None
+                    or (headers is not None and headers.get(HEADER) is not None)
                     or METADATA_KEY in (body.get("metadata") or ()))
 
     def selected(self, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> Scenario | None:
