@@ -88,6 +88,10 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
     serve.add_argument("--webhook-faults", type=_yaml,
                        help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
+    serve.add_argument("--scenarios", metavar="FILE",
+                       help="scenario file: scripted turns (header x-llmsim-scenario) and rules")
+    serve.add_argument("--default-scenario", metavar="NAME",
+                       help="the scenario a request that names none plays")
     # record and replay (llmsim.replay)
     serve.add_argument("--replay", metavar="DIR", help="answer requests matching a fixture in DIR "
                        "(written by `llmsim record`) as recorded; others are simulated")

@@ -73,6 +73,9 @@ class Settings:
     replay_speed: float = 1.0           # recorded times divided by this (0: no waiting)
     replay_strict: bool = False         # a request no fixture matches gets a 404 instead of a simulated answer
 
+    scenarios: str | None = None        # scenario file: scripted turns and rules (llmsim.sim.scenarios)
+    default_scenario: str | None = None  # the scenario a request naming none plays
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
@@ -136,7 +139,8 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile", "store",
                                                                   "trace", "stats_dir", "log_format", "data",
-                                                                  "webhook_secret"):
+                                                                  "webhook_secret", "scenarios",
+                                                                  "default_scenario"):
             values[name] = raw
         if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]

@@ -5,12 +5,14 @@ import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from llmsim import datafiles
 from llmsim.clock import Clock
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, InvalidRequestError
 from llmsim.faults.catalogue import FaultInjector
 from llmsim.faults.kinds import load_kinds
+from llmsim.faults.scripted import Scripts
 from llmsim.ids import Ids
 from llmsim.observe.stats import Stats
 from llmsim.replay.player import Player
@@ -20,12 +22,24 @@ from llmsim.sim import latency, tokens
 from llmsim.sim.models import Catalogue
 from llmsim.sim.plan import Context
 from llmsim.sim.reasoning import ReasoningRules
+from llmsim.sim.scenarios import ScenarioSet
 from llmsim.state.responses import ResponseState
 from llmsim.state.store import open_store
 
 # With --seed, timestamps are simulated too (this epoch plus one second per request), so the
 # same seed and the same requests give the same bytes.
 SEEDED_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+SEED_HEADER = "x-llmsim-seed"
+
+
+def _seed(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise InvalidRequestError(f"{SEED_HEADER}: expected an integer, got {raw!r}",
+                                  param=SEED_HEADER, code="invalid_value") from None
 
 
 @dataclass
@@ -72,6 +86,9 @@ class Simulator:
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
         s = self.settings                         # recorded exchanges answering matching requests
         self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
+        scenarios = ScenarioSet.load(self.settings.scenarios, list(self.faults.kinds),
+                                     self.settings.default_scenario)
+        self.scripts = Scripts(scenarios, self.faults, getattr(self.store, "attempt", None))
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
@@ -96,8 +113,11 @@ class Simulator:
             return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + n
         return self._shared, int(self.clock.wall())
 
-    def context(self, model_id: str) -> Context:
-        """Everything planning needs for one request; raises ModelNotFoundError."""
+    def context(self, model_id: str, headers: Mapping[str, str] | None = None) -> Context:
+        """Everything planning needs for one request; raises ModelNotFoundError. A request
+        header `x-llmsim-seed: N` seeds its generator with N, whatever --seed says."""
         model = self.catalogue.get(model_id)
         rng, created = self.draw()
+        if headers is not None and (seed := headers.get(SEED_HEADER)) is not None:
+            rng = random.Random(f"llmsim-request:{_seed(seed)}")
         return Context(self.settings, model, self.profile_for(model), self.rules, rng, created, self.ids)

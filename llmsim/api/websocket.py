@@ -239,11 +239,22 @@ class Connection:
         sim = self.sim
         start, began = sim.clock.now(), time.perf_counter()
         body, generate = parse_frame(raw, self.endpoint.validator)
-        fault = sim.faults.begin("websocket", body, self.websocket.headers)  # the upgrade's headers
+        headers = self.websocket.headers            # the upgrade's headers
+        script = history = None
+        if generate and sim.scripts.wanted(body, headers):     # a scenario or a rule may script it
+            history = await self.history(body.get("previous_response_id"))
+            turns = [*history, *inputs.responses_turns(body)]
+            fault, script = await sim.scripts.begin("websocket", body, headers, turns)
+        else:
+            fault = sim.faults.begin("websocket", body, headers)
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
-        history = await self.history(body.get("previous_response_id"))
-        plan = fault.shape(planning.plan_response(body, sim.context(body["model"]), history, generate))
+        if history is None:
+            history = await self.history(body.get("previous_response_id"))
+        ctx = sim.context(body["model"], headers)
+        if fault:                       # a content fault changes what is said
+            script = fault.answer(script, body, ctx)
+        plan = fault.shape(planning.plan_response(body, ctx, history, generate, script))
         frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,

@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping
 import orjson
 
 from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
-from llmsim.faults.injection import NO_FAULT, Injection
+from llmsim.faults.injection import CONTENT, NO_FAULT, Injection
 from llmsim.faults.kinds import Fault, Kind
 from llmsim.observe.stats import fault_injected
 from llmsim.render.jsonbytes import dumps
@@ -290,7 +290,7 @@ class FaultInjector:
         streaming = api == "websocket" or bool(body.get("stream"))
         if effect == "timeout":
             return Injection(self, fault, api, body, waits=True)
-        if effect == "content_filter":
+        if effect in CONTENT:           # the answer changes; it is delivered as usual
             return Injection(self, fault, api, body)
         if not streaming or (effect == "error" and fault.after_tokens is None):
             if effect == "stream_drop":

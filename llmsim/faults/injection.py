@@ -18,6 +18,7 @@ from llmsim.errors import ConnectionDrop
 from llmsim.faults.kinds import Fault
 from llmsim.render import sse
 from llmsim.render.templates import Event, MarkedEvent, Template
+from llmsim.sim import contentfaults
 
 
 class Injector(Protocol):
@@ -56,9 +57,23 @@ class Injection:
         fault = self.fault
         return fault.after_tokens if fault.after_tokens is not None else (fault.kind.after_tokens or 0)
 
+    def answer(self, answer, body: Mapping[str, Any], ctx):
+        """What a content fault says instead of `answer` (a scenario's, or None: generated);
+        `ctx` is the request's planning context (llmsim.sim.plan.Context)."""
+        if self.fault is None or self.fault.kind.effect not in contentfaults.ANSWERS:
+            return answer
+        return contentfaults.spoiled(self.fault.kind.effect, answer, body, self.api, ctx.rng,
+                                     self.fault.kind.message)
+
     def shape(self, plan):
-        """The plan, cut by a content filter after k tokens when that is the fault."""
-        if self.fault is None or self.fault.kind.effect != "content_filter":
+        """The plan, cut by a content filter after k tokens, or cut in half (truncated_output),
+        when that is the fault."""
+        effect = None if self.fault is None else self.fault.kind.effect
+        if effect == "truncated_output":
+            truncate = _truncate_chat if self.api == "chat" else _truncate_response
+            truncate(plan, self.injector.settings.usage)
+            return plan
+        if effect != "content_filter":
             return plan
         cut = _cut_chat if self.api == "chat" else _cut_response
         cut(plan, self.after_tokens, self.injector.settings.usage)
@@ -66,8 +81,8 @@ class Injection:
 
     @property
     def cuts_stream(self) -> bool:
-        """The stream ends early (every fault but none and a content filter's)."""
-        return self.fault is not None and self.fault.kind.effect != "content_filter"
+        """The stream ends early (every fault but none, a content filter's and the content faults)."""
+        return self.fault is not None and self.fault.kind.effect not in CONTENT
 
     def events(self, template: Template, **ctx) -> Iterable[Event]:
         """`template`'s stream rendered with `ctx`, ending after k tokens with the fault's
@@ -108,6 +123,58 @@ class Injection:
 
 
 NO_FAULT = Injection()
+# Effects that change the answer, not its delivery (the stream ends as usual).
+CONTENT = ("content_filter", "truncated_output", *contentfaults.ANSWERS)
+
+
+def _cut_calls(calls, semantics: str) -> int:
+    """The last call's arguments cut in half (status incomplete); the output tokens left."""
+    call = calls[-1]
+    keep = len(call.pieces) // 2
+    call.tokens -= len(call.pieces) - keep
+    call.pieces = call.pieces[:keep]
+    call.fragments = call.fragments[:keep]
+    call.arguments = "".join(call.pieces)
+    call.status = "incomplete"
+    if call.fragments:
+        call.end_at = call.fragments[-1].at
+    return sum(c.tokens for c in calls)
+
+
+def _truncate_response(plan, semantics: str) -> None:
+    """A Responses plan cut mid-value: incomplete, reason max_output_tokens."""
+    messages = [item for item in plan.output if item.kind in ("message", "refusal")]
+    calls = [item for item in plan.output if item.kind == "function_call"]
+    visible = 0
+    for item in messages:
+        item.keep(len(item.pieces) // 2)
+        item.status = "incomplete"
+        visible += len(item.pieces)
+        if item.times:
+            plan.end_at = item.times[-1]
+    if calls:
+        visible += _cut_calls(calls, semantics)
+        plan.end_at = calls[-1].end_at
+    plan.status, plan.incomplete_reason = "incomplete", "max_output_tokens"
+    plan.usage = _usage(plan.usage, visible, semantics)
+
+
+def _truncate_chat(plan, semantics: str) -> None:
+    """A Chat plan whose choices are cut mid-value, finish_reason length."""
+    for choice in plan.choices:
+        if choice.tool_calls:
+            choice.visible_tokens = _cut_calls(choice.tool_calls, semantics)
+            choice.end_at = choice.tool_calls[-1].end_at
+        else:
+            choice.keep(len(choice.pieces) // 2)
+            if choice.refusal is not None:
+                choice.text, choice.refusal = None, choice.text
+            choice.visible_tokens = len(choice.pieces)
+            choice.end_at = choice.times[-1] if choice.times else choice.first_at
+        choice.finish_reason = "length"
+    plan.replan_chunks()
+    plan.end_at = max(choice.end_at for choice in plan.choices)
+    plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)
 
 
 def _cut_response(plan, k: int, semantics: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import inputs, latency, logprobs, structured, textgen, tokens, toolcalls
-from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, visible_text
+from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, scripted_text, visible_text
+from llmsim.sim.scenarios import Answer
 
 # Content part types each role may send; every part carries its payload under its type's name.
 PART_TYPES = {
@@ -42,6 +43,7 @@ class Choice(TimedPieces):
     visible_tokens: int
     reasoning_tokens: int
     logprobs: list[logprobs.TokenLogprob] | None = None   # requested: one per piece ([] for calls)
+    refusal: str | None = None             # a refusal's text (its pieces are the refusal's; text None)
 
 
 class Chunk(NamedTuple):
@@ -131,7 +133,8 @@ def check_messages(messages: list[dict]) -> None:
                                           param=f"{at}.{kind}", code="missing_required_parameter")
 
 
-def plan_chat(body: dict, ctx: Context) -> ChatPlan:
+def plan_chat(body: dict, ctx: Context, script: Answer | None = None) -> ChatPlan:
+    """`script` (llmsim.sim.scenarios.Answer): said by every choice instead of generated text or calls."""
     messages = body["messages"]
     check_messages(messages)
     # Checks whose answer is known at once are not called, as in llmsim.sim.plan.plan_response.
@@ -155,7 +158,7 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     first_token = None
     visible = reasoning = 0
     for index in range(body.get("n") or 1):
-        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema)
+        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema, script)
         if first_token is None:
             first_token = sched.first_token
         elif first_token != sched.first_token:
@@ -173,6 +176,8 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
     plan_id = ctx.ids.make("chat_completion", ctx.rng)
     if body.get("logprobs"):          # drawn last: the rest of the plan is the same without them
         for choice in choices:
+            if choice.refusal is not None:
+                continue
             choice.logprobs = logprobs.make(choice.pieces, body.get("top_logprobs") or 0,
                                             body.get("temperature"), ctx.rng, model.encoding)
     return ChatPlan(plan_id, ctx.created_at, body["model"], body, choices,
@@ -182,16 +187,20 @@ def plan_chat(body: dict, ctx: Context) -> ChatPlan:
 
 def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
             tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str],
-            schema: dict | None = None):
+            schema: dict | None = None, script: Answer | None = None):
     """One choice and its schedule: text or calls first, then the reasoning that led to it.
     `tool_req` None: the request names no tools; `schema`: the JSON the text must fit."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
-    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req else None
-    if names:
+    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req and script is None else None
+    if script is not None and script.calls:
+        names = [name for name, _ in script.calls]
+        calls = toolcalls.scripted(script.calls, rng, enc, ctx.ids)
+        wanted = sum(c.tokens for c in calls)
+    elif names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = visible_text(ctx, turns, None, schema)
+        text = visible_text(ctx, turns, None, schema) if script is None else scripted_text(script, None, enc)
         if stops:
             text = _stop(text, stops, enc)
         wanted = text.tokens
@@ -219,6 +228,8 @@ def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str 
         choice = Choice(index, text.text, text.pieces, sched.token_times, [],
                         "length" if text.truncated else "stop", first_at, sched.end,
                         text.tokens, reasoning)
+        if script is not None and script.refusal:
+            choice.text, choice.refusal = None, text.text
     return choice, sched
 
 
@@ -273,8 +284,9 @@ def text_chunks(choice: Choice) -> Iterator[tuple]:
     only grow), finish."""
     yield "role", choice, choice.first_at, "", None, 0, None
     if choice.logprobs is None:
+        kind = "content" if choice.refusal is None else "refusal"
         for text, at in zip(choice.pieces, choice.times):
-            yield "content", choice, at, text, None, 0, None
+            yield kind, choice, at, text, None, 0, None
     else:
         for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs):
             yield "content_logprobs", choice, at, text, None, 0, entry
@@ -287,7 +299,8 @@ def merged_chunks(choices: list[Choice]) -> list[Chunk]:
     for choice in choices:
         out.append(Chunk("role", choice, choice.first_at))
         if choice.logprobs is None:
-            out += [Chunk("content", choice, at, text) for text, at in zip(choice.pieces, choice.times)]
+            kind = "content" if choice.refusal is None else "refusal"
+            out += [Chunk(kind, choice, at, text) for text, at in zip(choice.pieces, choice.times)]
         else:
             out += [Chunk("content_logprobs", choice, at, text, logprob=entry)
                     for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs)]

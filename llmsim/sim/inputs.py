@@ -19,6 +19,8 @@ class Turn:
     images: int = 0
     name: str | None = None
     path: str = ""          # where in the request this turn sits, for error messages
+    calls: tuple = ()       # the function calls it makes: (call_id, name) pairs
+    call_id: str | None = None   # a tool result: the call it answers
 
 
 def _content_texts(content: Any, turn: Turn, path: str) -> None:
@@ -58,10 +60,11 @@ def items_turns(items: Any, path: str) -> list[Turn]:
             turn = Turn(item.get("role", "user"), path=where)
             _content_texts(item.get("content"), turn, f"{where}.content")
         elif kind == "function_call":
-            turn = Turn("assistant", [item.get("name", ""), item.get("arguments", "")], path=where)
+            turn = Turn("assistant", [item.get("name", ""), item.get("arguments", "")], path=where,
+                        calls=((item.get("call_id"), item.get("name")),))
         elif kind == "function_call_output":
             output = item.get("output")
-            turn = Turn("tool", path=where)
+            turn = Turn("tool", path=where, call_id=item.get("call_id"))
             _content_texts(output, turn, f"{where}.output")
         elif kind == "reasoning":
             turn = Turn("assistant", path=where)
@@ -78,11 +81,13 @@ def chat_turns(messages: list[dict]) -> list[Turn]:
     turns = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
-        turn = Turn(message["role"], name=message.get("name"), path=where)
+        turn = Turn(message["role"], name=message.get("name"), path=where,
+                    call_id=message.get("tool_call_id"))
         _content_texts(message.get("content"), turn, f"{where}.content")
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
             turn.texts += [fn.get("name", ""), fn.get("arguments", "")]
+            turn.calls += ((call.get("id"), fn.get("name")),)
         turns.append(turn)
     return turns
 

@@ -16,6 +16,7 @@ from llmsim.ids import Ids
 from llmsim.errors import ContextLengthError, InvalidRequestError
 from llmsim.sim import builtins, inputs, latency, logprobs, structured, textgen, toolcalls
 from llmsim.sim.models import Model
+from llmsim.sim.scenarios import Answer
 
 
 LOGPROBS = "message.output_text.logprobs"     # the `include` value that asks for logprobs
@@ -83,6 +84,11 @@ class MessageItem(TimedPieces):
     kind: str = "message"
     logprobs: list | None = None
     citations: tuple = ()      # builtins.Citation: url_citation annotations (a web search's)
+
+    @property
+    def end_at(self) -> float:
+        """When its last token is due (a refusal item's output_item.done)."""
+        return self.times[-1] if self.times else self.start_at
 
     @property
     def annotations(self) -> list:
@@ -158,6 +164,11 @@ def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None,
     return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
 
 
+def scripted_text(script: Answer, cap: int | None, encoding: str) -> textgen.Text:
+    """A scripted answer's text, cut into tokens (and at `cap`)."""
+    return textgen.generate("fixed", 0, cap, textgen.GenerationInput(None, "", script.text or ""), encoding)
+
+
 def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) -> None:
     model = ctx.model
     if input_tokens > model.context_window:
@@ -172,12 +183,13 @@ def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) 
 
 
 def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
-                  generate: bool = True) -> Plan:
+                  generate: bool = True, script: Answer | None = None) -> Plan:
     """Plan a Responses API answer (reasoning item, a built-in tool's items, then the message;
     or reasoning and function calls).
 
     `history` is the conversation a `previous_response_id` continues (it counts as input);
-    `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency.
+    `generate=False` (a WebSocket warm-up) plans a completed response with no output and no latency;
+    `script` (llmsim.sim.scenarios.Answer) is said instead of generated text or calls.
     """
     # Checks whose answer is known at once are not called (a Python call costs more than the
     # test, and most requests pass them all): images for a vision model, the context window,
@@ -201,16 +213,20 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
                     "completed", None, 0.0, 0.0, effort)
     last_role = turns[-1].role if turns else None
     decision = builtins.choose(body, tool_req, rng, ctx.settings.tool_call_probability,
-                               last_role) if tools else None
+                               last_role) if tools and script is None else None
     builtin = decision if isinstance(decision, dict) else None
     names = None
     if decision is None or decision == builtins.FUNCTION:   # FUNCTION: a call is already decided
         probability = 1.0 if decision else ctx.settings.tool_call_probability
-        names = toolcalls.choose(tool_req, rng, probability, last_role) if tools else None
+        names = toolcalls.choose(tool_req, rng, probability, last_role) if tools and script is None else None
+    if script is not None and script.calls:
+        return _plan_calls(body, ctx, toolcalls.scripted(script.calls, rng, model.encoding, ctx.ids),
+                           input_tokens, cap, effort)
     if names:
         return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
-    text = visible_text(ctx, turns, cap, structured.responses_schema(body))
+    text = (visible_text(ctx, turns, cap, structured.responses_schema(body)) if script is None
+            else scripted_text(script, cap, model.encoding))
     reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
     response_id = ctx.ids.make("response", rng)
@@ -219,6 +235,8 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         output.append(_reasoning_item(body, ctx, reasoning_tokens, reasoning_req.get("summary"), sched))
     message = MessageItem(ctx.ids.make("message", rng), text.text, text.pieces, sched.token_times,
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
+    if script is not None and script.refusal:
+        message.kind = "refusal"            # a message whose content is a refusal part
     if LOGPROBS in (body.get("include") or ()):
         message.logprobs = logprobs.make(text.pieces, body.get("top_logprobs") or 0,
                                          body.get("temperature"), rng, model.encoding)

@@ -166,6 +166,14 @@ def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding:
     return calls
 
 
+def scripted(calls: Any, rng: random.Random, encoding: str, ids: Ids) -> list[FunctionCall]:
+    """Calls given in full: (name, arguments JSON text) pairs (a scenario's)."""
+    return [FunctionCall(ids.make("function_call", rng), ids.make("call", rng), name, arguments,
+                         textgen.split(arguments, encoding),
+                         tokens.count(name, encoding) + tokens.count(arguments, encoding))
+            for name, arguments in calls]
+
+
 def _dumps(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.sim import chatplan
+from llmsim.sim import chatplan, inputs
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
     from llmsim.api.current import Current
@@ -22,10 +22,19 @@ class ChatHandlers:
         start = sim.clock.began(self.received_at())
         if sim.replay is not None and (replayed := await sim.replay.answer("chat", body, start)) is not None:
             return replayed
-        fault = sim.faults.begin("chat", body, self.request_headers())
+        headers = self.request_headers()
+        script = None
+        if sim.scripts.wanted(body, headers):      # a scenario or a rule may script it
+            turns = inputs.chat_turns(body["messages"])
+            fault, script = await sim.scripts.begin("chat", body, headers, turns)
+        else:
+            fault = sim.faults.begin("chat", body, headers)
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
-        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        ctx = sim.context(body["model"], headers)
+        if fault:                       # a content fault changes what is said
+            script = fault.answer(script, body, ctx)
+        plan = chatplan.plan_chat(body, ctx, script)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         sim.stats.record(plan, "chat", bool(body.get("stream")))

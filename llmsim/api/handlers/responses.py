@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
+from llmsim.sim import inputs
 from llmsim.sim import plan as planning
 from llmsim.state.responses import Replay, wants_store
 
@@ -23,13 +24,22 @@ class ResponsesHandlers:
         start = sim.clock.began(self.received_at())
         if sim.replay is not None and (replayed := await sim.replay.answer("responses", body, start)) is not None:
             return replayed
-        fault = sim.faults.begin("responses", body, self.request_headers())
+        headers = self.request_headers()
+        script = prior = None
+        if sim.scripts.wanted(body, headers):      # a scenario or a rule may script it
+            prior = sim.state.known_prior(body) or await sim.state.prior(body)
+            turns = [*prior.turns, *inputs.responses_turns(body)]
+            fault, script = await sim.scripts.begin("responses", body, headers, turns)
+        else:
+            fault = sim.faults.begin("responses", body, headers)
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
         # previous_response_id / conversation history (none: known at once)
-        prior = sim.state.known_prior(body) or await sim.state.prior(body)
-        ctx = sim.context(body["model"])
-        plan = planning.plan_response(body, ctx, prior.turns)
+        prior = prior or sim.state.known_prior(body) or await sim.state.prior(body)
+        ctx = sim.context(body["model"], headers)
+        if fault:                       # a content fault changes what is said
+            script = fault.answer(script, body, ctx)
+        plan = planning.plan_response(body, ctx, prior.turns, script=script)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         store = wants_store(body)

@@ -22,6 +22,7 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
   entry's n is one more than the newest's;
 - `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
 - `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
+  `attempts` NUL key -> how many requests reached a scenario's error turn (llmsim.faults.scripted).
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
 entries of each kind are looked at and the expired ones deleted. The map (and the file, which
@@ -401,6 +402,17 @@ class LmdbStore:
         return await self._write(delete)
 
     # ---- pending webhook deliveries -----------------------------------------------------
+    async def attempt(self, key: str) -> int:
+        """How many requests (this one included) reached a scenario's error turn with this
+        history (llmsim.faults.scripted), counted in `meta` for every process."""
+        row = b"attempts\0" + key.encode()
+
+        def bump(txn) -> int:
+            count = int(txn.get(row, b"0", db=self.db["meta"])) + 1
+            txn.put(row, str(count).encode(), db=self.db["meta"])
+            return count
+        return await self._write(bump)
+
     async def outbox_put(self, key: str, entry: bytes) -> None:
         await self._write(lambda txn: txn.put(key.encode(), entry, db=self.db["outbox"]) and None)
 

@@ -194,6 +194,9 @@ return 1
 """
 
 
+ATTEMPTS_TTL_S = 3600
+
+
 class RedisFaults:
     """The fault schedule and rates every process sharing this Redis uses (llmsim.faults)."""
 
@@ -370,6 +373,14 @@ class RedisStore:
         return bool(await self._delete_item(args=[conversation_id, item_id]))
 
     # ---- pending webhook deliveries -----------------------------------------------------
+    async def attempt(self, key: str) -> int:
+        """How many requests (this one included) reached a scenario's error turn with this
+        history (llmsim.faults.scripted); forgotten an hour after the last."""
+        name = f"{PREFIX}attempts:{key}"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            count, _ = await pipe.incr(name).expire(name, ATTEMPTS_TTL_S).execute()
+        return int(count)
+
     async def outbox_put(self, key: str, entry: bytes) -> None:
         await self.redis.hset(f"{PREFIX}outbox", key, entry)
 

@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS items (
     pos INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, item BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS items_by_conversation ON items (conversation_n, id);
 CREATE TABLE IF NOT EXISTS outbox (key TEXT PRIMARY KEY, entry BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS attempts (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -555,6 +556,14 @@ class SqliteStore:
             return n is not None and tx.db.execute("DELETE FROM items WHERE conversation_n = ? AND id = ?",
                                                    (n, item_id)).rowcount > 0
         return await self._write(delete)
+
+    # ---- scenario error turns ----------------------------------------------------------
+    async def attempt(self, key: str) -> int:
+        """How many requests (this one included) reached a scenario's error turn with this
+        history (llmsim.faults.scripted), counted for every process sharing the file."""
+        return await self._write(lambda tx: tx.db.execute(
+            "INSERT INTO attempts (key, count) VALUES (?, 1) ON CONFLICT (key) DO UPDATE "
+            "SET count = count + 1 RETURNING count", (key,)).fetchone()[0])
 
     # ---- pending webhook deliveries -----------------------------------------------------
     async def outbox_put(self, key: str, entry: bytes) -> None:
