@@ -234,3 +234,26 @@ def test_seed_makes_answers_reproducible():
     first, second = asyncio.run(answer()), asyncio.run(answer())
     assert first == second
     check_body("message", json.loads(first))
+
+
+def test_claude_models_answer_at_their_own_latency_profiles():
+    """In-process on a simulated clock: the time each answer takes follows its model's profile
+    (profiles.yaml: claude-haiku starts in about 200 ms, claude-opus in about 1 s)."""
+    from llmsim.app import create_app
+    from llmsim.clock import FakeClock
+    from llmsim.settings import Settings
+
+    clock = FakeClock()
+    app = create_app(Settings(seed=3), clock=clock)
+
+    async def durations(model: str) -> list[float]:
+        out = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
+            for _ in range(5):
+                began = clock.now()
+                response = await http.post("/v1/messages", json={"model": model, "max_tokens": 10, "messages": HELLO})
+                assert response.status_code == 200
+                out.append(clock.now() - began)
+        return out
+    haiku, opus = asyncio.run(durations("claude-haiku-4-5")), asyncio.run(durations("claude-opus-4-6"))
+    assert max(haiku) < 0.7 < min(opus)

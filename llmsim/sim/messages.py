@@ -103,8 +103,8 @@ def turns(body: dict) -> list[inputs.Turn]:
                 turn.images += 1
                 turn.path = f"{where}.content[{j}]"
             elif kind == "document":
-                source = block["source"]
-                turn.texts.append(source.get("data") if source.get("type") == "text" else block.get("title") or "")
+                data = block["source"].get("data") if block["source"]["type"] == "text" else block.get("title")
+                turn.texts.append(data if isinstance(data, str) else "")
             elif kind == "tool_use":
                 turn.texts += [block["name"], toolcalls._dumps(block["input"])]
             elif kind == "tool_result":
@@ -156,10 +156,7 @@ def _thinking_budget(body: dict, cap: int) -> int | None:
     thinking = body.get("thinking") or {}
     if thinking.get("type") != "enabled":
         return None
-    budget = thinking.get("budget_tokens")
-    if budget is None:
-        raise InvalidRequestError("thinking.enabled.budget_tokens: Field required",
-                                  param="thinking.budget_tokens")
+    budget = thinking["budget_tokens"]      # required with `enabled` (the request schema)
     if budget >= cap:
         raise InvalidRequestError("`max_tokens` must be greater than `thinking.budget_tokens`.",
                                   param="max_tokens")
