@@ -221,39 +221,41 @@ def test_models_list_in_anthropic_shape(server, client):
     assert openai_shape["object"] == "list"
 
 
-def test_seed_makes_answers_reproducible():
-    """In-process (two apps with the same seed): the same requests give the same bytes."""
-    from llmsim.app import create_app
-    from llmsim.settings import Settings
-
-    async def answer() -> bytes:
-        app = create_app(Settings(profile="instant", seed=7, generator="random"))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
-            body = {"model": MODEL, "max_tokens": 2000, "messages": HELLO, "thinking": THINKING, "tools": [WEATHER]}
-            return (await http.post("/v1/messages", json=body)).content
-    first, second = asyncio.run(answer()), asyncio.run(answer())
-    assert first == second
-    check_body("message", json.loads(first))
-
-
-def test_claude_models_answer_at_their_own_latency_profiles():
-    """In-process on a simulated clock: the time each answer takes follows its model's profile
-    (profiles.yaml: claude-haiku starts in about 200 ms, claude-opus in about 1 s)."""
+@pytest.fixture(scope="module")
+def seeded_apps():
+    """Two in-process apps with the same --seed, each on a simulated clock of its own."""
     from llmsim.app import create_app
     from llmsim.clock import FakeClock
     from llmsim.settings import Settings
 
-    clock = FakeClock()
-    app = create_app(Settings(seed=3), clock=clock)
+    return [(create_app(Settings(seed=7, generator="random"), clock=clock), clock)
+            for clock in (FakeClock(), FakeClock())]
 
-    async def durations(model: str) -> list[float]:
+
+async def post_in_process(app, body: dict) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
+        return await http.post("/v1/messages", json=body)
+
+
+def test_seed_makes_answers_reproducible(seeded_apps):
+    body = {"model": MODEL, "max_tokens": 2000, "messages": HELLO, "thinking": THINKING, "tools": [WEATHER]}
+    first, second = [asyncio.run(post_in_process(app, body)).content for app, _ in seeded_apps]
+    assert first == second
+    check_body("message", json.loads(first))
+
+
+def test_claude_models_answer_at_their_own_latency_profiles(seeded_apps):
+    """On a simulated clock, the time each answer takes follows its model's profile
+    (profiles.yaml: claude-haiku starts in about 200 ms, claude-opus in about 1 s)."""
+    app, clock = seeded_apps[0]
+
+    def durations(model: str) -> list[float]:
         out = []
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
-            for _ in range(5):
-                began = clock.now()
-                response = await http.post("/v1/messages", json={"model": model, "max_tokens": 10, "messages": HELLO})
-                assert response.status_code == 200
-                out.append(clock.now() - began)
+        for _ in range(5):
+            began = clock.now()
+            response = asyncio.run(post_in_process(app, {"model": model, "max_tokens": 10, "messages": HELLO}))
+            assert response.status_code == 200
+            out.append(clock.now() - began)
         return out
-    haiku, opus = asyncio.run(durations("claude-haiku-4-5")), asyncio.run(durations("claude-opus-4-6"))
+    haiku, opus = durations("claude-haiku-4-5"), durations("claude-opus-4-6")
     assert max(haiku) < 0.7 < min(opus)
