@@ -84,6 +84,38 @@ def test_usage_input_tokens_equal_count_tokens(client):
     assert message.usage.input_tokens == counted.input_tokens > 20
 
 
+LONG_SYSTEM = [{"type": "text", "text": "You are a careful assistant. " * 300, "cache_control": {"type": "ephemeral"}}]
+
+
+def test_a_cached_prefix_is_written_then_read(server, client):
+    question = [{"role": "user", "content": "Which cache is this? " + server.url}]    # unique per server
+    total = client.messages.count_tokens(model=MODEL, system=LONG_SYSTEM, messages=question).input_tokens
+    first = raw_message(client, model=MODEL, max_tokens=50, system=LONG_SYSTEM, messages=question)["usage"]
+    second = raw_message(client, model=MODEL, max_tokens=50, system=LONG_SYSTEM, messages=question)["usage"]
+    assert first["cache_creation_input_tokens"] > 1024 and first["cache_read_input_tokens"] == 0
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    assert second["cache_creation_input_tokens"] == 0
+    assert first["input_tokens"] == second["input_tokens"] > 0
+    assert first["input_tokens"] + first["cache_creation_input_tokens"] == total
+
+
+def test_a_short_prefix_is_not_cached(client):
+    short = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    for _ in range(2):
+        usage = client.messages.create(model=MODEL, max_tokens=50, system=short, messages=HELLO).usage
+        assert (usage.cache_creation_input_tokens, usage.cache_read_input_tokens) == (0, 0)
+
+
+def test_streamed_usage_reports_the_cache(server):
+    question = [{"role": "user", "content": "Streamed cache check."}]
+    body = {"model": MODEL, "max_tokens": 50, "system": LONG_SYSTEM, "messages": question}
+    sse_events(server, body)
+    events = sse_events(server, body)
+    started, final = events[0][1]["message"]["usage"], events[-2][1]["usage"]
+    assert started["cache_read_input_tokens"] == final["cache_read_input_tokens"] > 1024
+    assert started["cache_creation_input_tokens"] == final["cache_creation_input_tokens"] == 0
+
+
 def test_count_tokens_grows_with_the_input(server, client):
     short = client.messages.count_tokens(model=MODEL, messages=HELLO).input_tokens
     longer = client.messages.count_tokens(

@@ -12,6 +12,10 @@ toolcalls). What is Anthropic's own:
   counted inside `max_tokens` and `output_tokens`, and end with a signature.
 * stopping: `stop_sequences` (the text ends before the first one found: `stop_sequence`),
   `max_tokens` (what is left after thinking), a tool use (`tool_use`), else `end_turn`.
+* prompt caching: the prefix up to the last block with `cache_control` (tools, then system,
+  then messages), when it has at least MIN_CACHED tokens, is written to a `PromptCache` the
+  first time (`cache_creation_input_tokens`) and read from it while it lives (5 minutes, or
+  the `ttl` asked for: `cache_read_input_tokens`); `input_tokens` counts the rest.
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
@@ -19,6 +23,8 @@ toolcalls). What is Anthropic's own:
 from __future__ import annotations
 
 import base64
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +35,8 @@ from llmsim.sim import inputs, latency, textgen, tokens, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, visible_text
 
 THINKING_EFFORT = "medium"      # reasoning.yaml's multiplier that sizes a thinking block
+MIN_CACHED = 1024               # the shortest prefix Anthropic caches (Sonnet and Opus models)
+CACHE_TTL = {"5m": 300.0, "1h": 3600.0}
 TOOL_USE_ID = "tool_use"        # ids.yaml's format of a tool use's id (optional: else `call`'s)
 
 
@@ -76,8 +84,9 @@ class MessagePlan:
         self.blocks = [b for b in self.blocks if b.kind != "tool_use"]
         self.end_at = max([b.end_at for b in self.blocks], default=self.first_token_at)
         visible = sum(len(b.pieces) for b in self.blocks if b.kind == "text")
-        thinking = self.usage.reasoning_tokens
-        self.usage = Usage.make(self.usage.input_tokens, visible, thinking, "openai")
+        read = self.usage.cached_tokens
+        self.usage = Usage.make(self.usage.input_tokens, visible, self.usage.reasoning_tokens, "openai")
+        self.usage.cached_tokens = read
         self.stop_reason, self.stop_sequence = "refusal", None
 
 
@@ -125,6 +134,57 @@ def count_input(body: dict, model) -> int:
     if not model.vision:
         inputs.check_vision(conversation, model)
     return inputs.count(conversation, model.encoding)
+
+
+def cached_prefix(body: dict) -> tuple[dict, float] | None:
+    """The request cut after its last block with `cache_control` (tools, system, then
+    messages), and that block's time to live in seconds; None when no block asks for caching."""
+    last = None
+    for i, tool in enumerate(body.get("tools") or ()):
+        if tool.get("cache_control"):
+            last = ({"tools": body["tools"][:i + 1]}, tool["cache_control"])
+    system = body.get("system")
+    for i, block in enumerate(system if isinstance(system, list) else ()):
+        if block.get("cache_control"):
+            last = ({"tools": body.get("tools"), "system": system[:i + 1]}, block["cache_control"])
+    for i, message in enumerate(body.get("messages") or ()):
+        content = message["content"]
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if block.get("cache_control"):
+                cut = {**message, "content": content[:j + 1]}
+                last = ({"tools": body.get("tools"), "system": system,
+                         "messages": [*body["messages"][:i], cut]}, block["cache_control"])
+    if last is None:
+        return None
+    prefix, control = last
+    return prefix, CACHE_TTL.get(control.get("ttl") or "5m", CACHE_TTL["5m"])
+
+
+class PromptCache:
+    """The prompt prefixes written, each until it expires (on the server's clock); at most
+    `size`, the oldest forgotten first."""
+
+    def __init__(self, clock, size: int = 10_000):
+        self.clock, self.size = clock, size
+        self.expiry: OrderedDict[bytes, float] = OrderedDict()
+
+    def use(self, body: dict, model, input_tokens: int) -> tuple[int, int]:
+        """(tokens written, tokens read) for this request's cached prefix."""
+        found = cached_prefix(body)
+        if found is None:
+            return 0, 0
+        prefix, ttl = found
+        tokens_ = count_input(prefix, model)
+        if tokens_ < MIN_CACHED:
+            return 0, 0
+        key = hashlib.sha256(orjson.dumps([model.id, prefix], option=orjson.OPT_SORT_KEYS)).digest()
+        now = self.clock.now()
+        hit = self.expiry.get(key, 0.0) > now
+        self.expiry[key] = now + ttl
+        self.expiry.move_to_end(key)
+        if len(self.expiry) > self.size:
+            self.expiry.popitem(last=False)
+        return (0, tokens_) if hit else (tokens_, 0)
 
 
 def _last_role(messages: list[dict]) -> str | None:
@@ -181,7 +241,7 @@ def _stop(text: textgen.Text, stops: list[str], encoding: str) -> tuple[textgen.
     return textgen.Text(tuple(pieces), kept, tokens.count(kept, encoding), False), found
 
 
-def plan_message(body: dict, ctx: Context) -> MessagePlan:
+def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> MessagePlan:
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
     conversation = turns(body)
@@ -247,6 +307,8 @@ def plan_message(body: dict, ctx: Context) -> MessagePlan:
     else:
         times = tuple(sched.token_times)
         blocks.append(Block("text", text.pieces, times, sched.reasoning_end, sched.end, text.text))
-    usage = Usage.make(input_tokens, visible, thinking_tokens, "openai")   # thinking is output
+    written, read = cache.use(body, model, input_tokens) if cache is not None else (0, 0)
+    usage = Usage.make(input_tokens - written - read, visible, thinking_tokens, "openai")   # thinking is output
+    usage.cached_tokens = read
     return MessagePlan(ctx.ids.make("message", rng), ctx.created_at, body["model"], body, blocks, usage,
-                       stop_reason, stop_sequence, sched.first_token, sched.end)
+                       stop_reason, stop_sequence, sched.first_token, sched.end, written)

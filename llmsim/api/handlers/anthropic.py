@@ -24,6 +24,7 @@ class AnthropicHandlers:
         self.template = sim.templates["anthropic"]
         self.models = sim.templates["anthropic_models"]
         self.counted = sim.templates["anthropic_count_tokens"]
+        self.cache = messages.PromptCache(sim.clock)     # this process's cached prompt prefixes
 
     async def create(self, body: dict):
         sim = self.sim
@@ -31,7 +32,7 @@ class AnthropicHandlers:
         fault = sim.faults.begin("anthropic", body, self.request_headers())
         if fault.waits:
             fault = await fault.wait()
-        plan = messages.plan_message(body, sim.context(body["model"]))
+        plan = messages.plan_message(body, sim.context(body["model"]), self.cache)
         if fault:
             plan = fault.shape(plan)
         sim.stats.record(plan, "messages", bool(body.get("stream")))
