@@ -23,7 +23,7 @@ collect_ignore = ["plugin_example"]     # the README's example of the plugin: ru
 LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"}
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
                 "test_deploy", "test_scaleout"}
-SLOW_MODULES = {"test_schemathesis", "test_deploy", "test_pytest_plugin", "test_scaleout"}
+SLOW_MODULES = {"test_schemathesis", "test_schemathesis_anthropic", "test_deploy", "test_pytest_plugin", "test_scaleout"}
 SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
 
 

@@ -32,6 +32,22 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
             body["tool_choice"] = "auto"
     if choice == "required" and not body.get("tools"):      # `required` needs tools
         body["tool_choice"] = "auto"
+    obey_anthropics_rules(body)
+
+
+def obey_anthropics_rules(body: dict) -> None:
+    """openapi/anthropic.yaml: a thinking budget below max_tokens; a named tool among the tools."""
+    thinking, cap = body.get("thinking"), body.get("max_tokens")
+    if isinstance(thinking, dict) and isinstance(thinking.get("budget_tokens"), int) and isinstance(cap, int):
+        if thinking["budget_tokens"] >= cap:
+            body["max_tokens"] = min(MODEL_OUTPUT_LIMIT, thinking["budget_tokens"] + 1)
+            thinking["budget_tokens"] = min(thinking["budget_tokens"], body["max_tokens"] - 1)
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "tool":
+        named = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)
+                 and tool.get("type") in (None, "custom")}
+        if choice.get("name") not in named - {None}:
+            body["tool_choice"] = {"type": "auto"}
 
 
 @schemathesis.hook

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # schemathesis against a live llmsim started as the README says (`llmsim serve --profile instant`):
-# every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1, then
-# openapi/admin.yaml on /llmsim), all checks, zero failures allowed. Prints how many test cases
+# every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1,
+# openapi/anthropic.yaml on /anthropic/v1 and /v1, then openapi/admin.yaml on /llmsim), all
+# checks, zero failures allowed. Prints how many test cases
 # schemathesis generated. Run from anywhere, after `pip install -e .`:
 #
 #     tests/schemathesis_live.sh            # MAX_EXAMPLES=50 SEED=1 by default
@@ -28,19 +29,22 @@ for _ in $(seq 100); do
 done
 
 total=0
-run() {  # run DOCUMENT BASE_PATH
-  local out="$WORK/run.txt"
-  echo "== schemathesis: $1 at $2 (--server $SERVER)"
-  if ! (cd "$WORK" && SCHEMATHESIS_HOOKS="$OLDPWD/tests/schemathesis_hooks.py" schemathesis --no-color run "$OLDPWD/$1" --url "http://127.0.0.1:$PORT$2" --checks all \
-          --max-examples "$MAX_EXAMPLES" --seed "$SEED" --workers 1) >"$out" 2>&1; then
+run() {  # run DOCUMENT BASE_PATH [schemathesis options, e.g. -H 'header: value']
+  local out="$WORK/run.txt" doc="$1" base="$2"
+  shift 2
+  echo "== schemathesis: $doc at $base $* (--server $SERVER)"
+  if ! (cd "$WORK" && SCHEMATHESIS_HOOKS="$OLDPWD/tests/schemathesis_hooks.py" schemathesis --no-color run "$OLDPWD/$doc" --url "http://127.0.0.1:$PORT$base" --checks all \
+          --max-examples "$MAX_EXAMPLES" --seed "$SEED" --workers 1 "$@") >"$out" 2>&1; then
     cat "$out"; grep -B2 -A40 Traceback "$WORK/server.log" | tail -60
-    echo "schemathesis found failures in $1 at $2"; exit 1
+    echo "schemathesis found failures in $doc at $base"; exit 1
   fi
   grep -E "generated|passed|Selected|Tested" "$out" | sed 's/^/   /'
   total=$((total + $(grep -oE '[0-9]+ generated' "$out" | grep -oE '[0-9]+' | head -1)))
 }
 run openapi/openapi.yaml /v1
 run openapi/openapi.yaml /openai/v1
+run openapi/anthropic.yaml /anthropic/v1
+run openapi/anthropic.yaml /v1 -H "anthropic-version: 2023-06-01"     # the SDK's header claims /v1
 run openapi/admin.yaml /llmsim
 if grep -q "Traceback" "$WORK/server.log"; then
   cat "$WORK/server.log"; echo "the server logged a traceback"; exit 1

@@ -45,15 +45,16 @@ def is_admin(path: str) -> bool:
 
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
-                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...],
-                 tuned: bool = True):
+                 render_error: Callable[..., Response], base_paths: tuple[str, ...],
+                 tuned: bool = True, claim=None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
         self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
-        self.render_error = render_error
+        self.render_error = render_error        # (error, path): in the envelope of path's API
+        self.claim = claim                      # another API's header moves a request (llmsim.api.apis)
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
 
@@ -92,6 +93,8 @@ class Front:
         observer = self.observer
         headers = dict(scope["headers"])
         ex = observer.begin(scope, path, headers)
+        if self.claim is not None:
+            scope = self.claim(scope, headers)
 
         def observed_send(message):     # returns send's awaitable: no coroutine of its own
             if message["type"] == "http.response.start":
@@ -108,11 +111,11 @@ class Front:
                 op = self._operation(scope)
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:
-                response = self.render_error(exc)
+                response = self.render_error(exc, scope["path"])
             except Exception:
                 log.exception("unexpected error on %s %s", scope["method"], path)
                 response = self.render_error(ServerError(
-                    "The server had an error while processing your request."))
+                    "The server had an error while processing your request."), scope["path"])
             if response is None:
                 await self.app(scope, receive, observed_send)
             elif not (self.tuned and self._responded(scope, response, ex)):

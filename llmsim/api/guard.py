@@ -1,7 +1,8 @@
 """`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
 
 * API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
-  base paths need `Authorization: Bearer <key>`; otherwise 401 `invalid_api_key`. `/health`
+  base paths need `Authorization: Bearer <key>` (or `x-api-key: <key>`, Anthropic's header);
+  otherwise 401 `invalid_api_key`. `/health`
   and `/llmsim/...` stay open (with the bare base path `""` too: every other path is the API's).
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
   chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
@@ -71,7 +72,9 @@ class Guard:
     def _authorized(self, headers: dict) -> bool:
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
         token = token.strip()
-        return scheme.lower() == b"bearer" and any(hmac.compare_digest(token, key) for key in self.keys)
+        if scheme.lower() != b"bearer":
+            token = headers.get(b"x-api-key", b"").strip()     # Anthropic's header, checked alike
+        return bool(token) and any(hmac.compare_digest(token, key) for key in self.keys)
 
     def _too_large(self, length: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
@@ -104,6 +107,8 @@ async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
 
 def _auth_error(headers: dict) -> AuthenticationError:
     given = headers.get(b"authorization")
+    if not given and headers.get(b"x-api-key"):
+        return AuthenticationError("invalid x-api-key")
     if not given:
         return AuthenticationError(
             "You didn't provide an API key. You need to provide your API key in an Authorization "

@@ -249,7 +249,7 @@ class FaultInjector:
                      float(params.get("timeout_after_ms", kind.timeout_after_ms)), source)
 
     def error(self, fault: Fault, api: str, body: Mapping[str, Any]) -> InjectedFault:
-        kind = fault.kind
+        kind = fault.kind.for_api(api)
         model_id = str(body.get("model", ""))
         window = 128000
         if self.catalogue is not None and model_id in getattr(self.catalogue, "models", {}):

@@ -3,7 +3,7 @@ Below both the triggers that choose one (llmsim.faults.catalogue) and what it do
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from llmsim import datafiles
 
@@ -22,13 +22,19 @@ class Kind:
     after_tokens: int | None
     retry_after: float | None
     timeout_after_ms: float
+    apis: dict[str, dict] = field(default_factory=dict)   # per API: status, type, code, message
+
+    def for_api(self, api: str) -> "Kind":
+        """The kind as `api` sends it (its `apis` entry applied)."""
+        changes = self.apis.get(api)
+        return replace(self, **changes) if changes else self
 
 
 def load_kinds(path=None) -> dict[str, Kind]:
     doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
     return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
                        dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
-                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)))
+                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)), dict(k.get("apis") or {}))
             for name, k in doc["kinds"].items()}
 
 

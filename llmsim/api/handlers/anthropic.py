@@ -1,0 +1,65 @@
+"""Anthropic Messages (openapi/anthropic.yaml): POST /messages, /messages/count_tokens, and
+GET /models, /models/{model_id} in Anthropic's shape."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.sim import messages
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
+    from llmsim.simulator import Simulator
+
+
+def _rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class AnthropicHandlers:
+    def __init__(self, sim: Simulator, current: Current):
+        self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
+        self.template = sim.templates["anthropic"]
+        self.models = sim.templates["anthropic_models"]
+        self.counted = sim.templates["anthropic_count_tokens"]
+        self.cache = messages.PromptCache(sim.clock)     # this process's cached prompt prefixes
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(self.received_at())
+        fault = sim.faults.begin("anthropic", body, self.request_headers())
+        if fault.waits:
+            fault = await fault.wait()
+        plan = messages.plan_message(body, sim.context(body["model"]), self.cache)
+        if fault:
+            plan = fault.shape(plan)
+        sim.stats.record(plan, "messages", bool(body.get("stream")))
+        if body.get("stream"):
+            frames = fault.frames(self.template, plan=plan, req=body)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
+                                                         sim.stats.lateness))
+        if plan.end_at or not self.sim.clock.realtime:
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(plan=plan, req=body))
+
+    async def count_tokens(self, body: dict):
+        model = self.sim.catalogue.get(body["model"])
+        return transport.json_response(self.counted.body_json(input_tokens=messages.count_input(body, model)))
+
+    async def list_models(self, limit: int = 20, before_id: str | None = None, after_id: str | None = None):
+        models = list(self.sim.catalogue)
+        ids = [m.id for m in models]
+        if after_id in ids:
+            models = models[ids.index(after_id) + 1:]
+        elif before_id in ids:
+            models = models[:ids.index(before_id)]
+        page = models[-limit:] if before_id in ids and after_id not in ids else models[:limit]
+        return transport.json_response(self.models.body_json(
+            models=[(m, _rfc3339(m.created)) for m in page], has_more=len(models) > limit))
+
+    async def get_model(self, model_id: str):
+        model = self.sim.catalogue.get(model_id)
+        return transport.json_response(self.models.body_json(model=model, created_at=_rfc3339(model.created)))
