@@ -28,6 +28,7 @@ from llmsim import __version__, datafiles
 from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
+from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["faults"] = FaultsHandlers(sim)
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
+    groups["embeddings"] = EmbeddingsHandlers(sim, current)
     error_template = sim.templates["errors"]
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
