@@ -27,6 +27,7 @@ from starlette.responses import Response
 from llmsim import __version__, datafiles
 from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
+from llmsim.api.handlers.completions import CompletionsHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     groups["embeddings"] = EmbeddingsHandlers(sim, current)
+    groups["completions"] = CompletionsHandlers(sim, current)
     error_template = sim.templates["errors"]
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s

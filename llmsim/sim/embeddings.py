@@ -79,7 +79,6 @@ def _inputs(given, encoding: str) -> tuple[list[str], list[int]]:
     if isinstance(given, str) or (given and isinstance(given[0], int)):
         given = [given]
     texts, counts = [], []
-    enc = tokens.encoding(encoding)
     for i, item in enumerate(given):
         where = "input" if len(given) == 1 else f"input[{i}]"
         if isinstance(item, str):
@@ -89,11 +88,7 @@ def _inputs(given, encoding: str) -> tuple[list[str], list[int]]:
             texts.append(item)
             counts.append(tokens.count(item, encoding))
             continue
-        try:
-            texts.append(b"".join(map(enc.decode_single_token_bytes, item)).decode("utf-8", "replace"))
-        except (IndexError, OverflowError, TypeError):
-            raise InvalidRequestError(f"'${where}' is invalid: it holds a token id that is not in the "
-                                      f"model's vocabulary.", param=where, code="invalid_value") from None
+        texts.append(decode(item, encoding, where))
         counts.append(len(item))
     for i, n in enumerate(counts):
         if n > MAX_INPUT_TOKENS:
@@ -102,6 +97,16 @@ def _inputs(given, encoding: str) -> tuple[list[str], list[int]]:
                 f"{n} tokens in input[{i}]. Please reduce your prompt.", param="input",
                 code="context_length_exceeded")
     return texts, counts
+
+
+def decode(token_ids: list[int], encoding: str, where: str) -> str:
+    """The text of a token array (a 400 naming `where` for an id not in the vocabulary)."""
+    enc = tokens.encoding(encoding)
+    try:
+        return b"".join(map(enc.decode_single_token_bytes, token_ids)).decode("utf-8", "replace")
+    except (IndexError, OverflowError, TypeError):
+        raise InvalidRequestError(f"'${where}' is invalid: it holds a token id that is not in the "
+                                  "model's vocabulary.", param=where, code="invalid_value") from None
 
 
 def features(text: str) -> list[str]:
