@@ -32,6 +32,7 @@ from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.models import ModelsHandlers
+from llmsim.api.handlers.moderations import ModerationsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["conversations"] = ConversationsHandlers(sim)
     groups["embeddings"] = EmbeddingsHandlers(sim, current)
     groups["completions"] = CompletionsHandlers(sim, current)
+    groups["moderations"] = ModerationsHandlers(sim, current)
     error_template = sim.templates["errors"]
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
