@@ -27,6 +27,7 @@ from starlette.responses import Response
 from llmsim import __version__, datafiles
 from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
+from llmsim.api.handlers.chat_store import ChatStoreHandlers
 from llmsim.api.handlers.compaction import CompactionHandlers
 from llmsim.api.handlers.completions import CompletionsHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["completions"] = CompletionsHandlers(sim, current)
     groups["moderations"] = ModerationsHandlers(sim, current)
     groups["compaction"] = CompactionHandlers(sim, current)
+    groups["chat_store"] = ChatStoreHandlers(sim)
     error_template = sim.templates["errors"]
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
