@@ -137,3 +137,14 @@ def test_stats_count_completions_requests(server, client):
     after = counts()
     assert after["requests"] - before.get("requests", 0) == 2
     assert after["streaming"] - before.get("streaming", 0) == 1
+
+
+def test_metrics_count_completions_requests(server, client):
+    client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    text = httpx.get(f"{server.url}/metrics").text
+    assert any(line.startswith('llmsim_requests_total{endpoint="completions"}') for line in text.splitlines())
+
+
+def test_a_null_prompt_starts_from_nothing(server):
+    body = httpx.post(f"{server.base}/completions", json={"model": MODEL, "prompt": None, "max_tokens": 3}).json()
+    assert body["usage"]["prompt_tokens"] == 0 and body["choices"][0]["finish_reason"] == "length"

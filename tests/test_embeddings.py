@@ -148,3 +148,9 @@ def test_a_full_batch_of_long_vectors_is_planned_in_seconds():
     vectors = [embeddings.vector(t, salt, 1536, 1536) for t in texts]
     assert time.perf_counter() - began < 30          # generous: the other core may be busy
     assert len(vectors) == 2048 and len(vectors[-1]) == 1536
+
+
+def test_metrics_count_embeddings_requests(server, client):
+    embed(client, "metered")
+    text = httpx.get(f"{server.url}/metrics").text
+    assert any(line.startswith('llmsim_requests_total{endpoint="embeddings"}') for line in text.splitlines())

@@ -118,3 +118,9 @@ def test_a_bad_word_list_stops_start_up_naming_the_file(tmp_path):
     (tmp_path / "moderation.yaml").write_text(yaml.safe_dump({"categories": {"hate": {"words": ["x"]}}}))
     with pytest.raises(ConfigError, match="moderation.yaml"):
         create_app(Settings(profile="instant", data=str(tmp_path)))
+
+
+def test_metrics_count_moderations_requests(server, client):
+    client.moderations.create(input="metered")
+    text = httpx.get(f"{server.url}/metrics").text
+    assert any(line.startswith('llmsim_requests_total{endpoint="moderations"}') for line in text.splitlines())

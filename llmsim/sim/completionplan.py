@@ -59,7 +59,10 @@ def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
 
 
 def _prompts(given, encoding: str) -> tuple[list[str], list[int]]:
-    """The prompts (token arrays decoded) and each one's token count."""
+    """The prompts (token arrays decoded) and each one's token count; no prompt is an empty one
+    (OpenAI's default, <|endoftext|>, which starts a text from nothing)."""
+    if given is None:
+        given = ""
     if isinstance(given, str) or (given and isinstance(given[0], int)):
         given = [given]
     texts, counts = [], []
