@@ -105,17 +105,17 @@ def test_stats_count_moderations_requests(server, client):
 
 async def test_a_data_dir_word_list_replaces_the_default(tmp_path):
     (tmp_path / "moderation.yaml").write_text(yaml.safe_dump(
-        {"categories": {"hate": {"terms": ["pineapple pizza"]}}}))
+        {"models": {"house-moderation": {"images": False}}, "categories": {"hate": {"terms": ["pineapple pizza"]}}}))
     app = create_app(Settings(profile="instant", data=str(tmp_path)))
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim/v1")
     client = openai.AsyncOpenAI(base_url="http://sim/v1", api_key="sk-test", http_client=http)
     done = await client.moderations.create(input=["I love pineapple pizza", "kill the bomb"])
     assert [r.flagged for r in done.results] == [True, False]
-    assert done.results[0].categories.hate
+    assert done.results[0].categories.hate and done.model == "house-moderation"
 
 
 def test_a_bad_word_list_stops_start_up_naming_the_file(tmp_path):
-    (tmp_path / "moderation.yaml").write_text(yaml.safe_dump({"categories": {"hate": {"words": ["x"]}}}))
+    (tmp_path / "moderation.yaml").write_text(yaml.safe_dump({"models": {"m": {}}, "categories": {"hate": {"words": ["x"]}}}))
     with pytest.raises(ConfigError, match="moderation.yaml"):
         create_app(Settings(profile="instant", data=str(tmp_path)))
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmsim import datafiles
-from llmsim.errors import InvalidRequestError
+from llmsim.errors import ConfigError, InvalidRequestError, ModelNotFoundError
 from llmsim.sim import tokens
 
-DEFAULT_MODEL = "omni-moderation-latest"
+ENCODING = "o200k_base"       # what moderation inputs are counted in (for stats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,20 +26,34 @@ class Category:
 
 
 class Rules:
-    def __init__(self, categories: list[Category], threshold: float):
+    def __init__(self, categories: list[Category], threshold: float, models: dict[str, bool], latency: str):
         self.categories = {c.name: c for c in categories}
         self.threshold = threshold
+        self.models = models            # id -> reads images
+        self.default_model = next(iter(models))
+        self.latency = latency
+
+    def reads_images(self, model: str) -> bool:
+        """Whether `model` reads images (ModelNotFoundError: not a moderation model)."""
+        if model not in self.models:
+            raise ModelNotFoundError(model)
+        return self.models[model]
 
     @classmethod
-    def load(cls, path: Path) -> "Rules":
+    def load(cls, path: Path, profiles) -> "Rules":
         doc = datafiles.load(path, "moderation")
+        latency = doc.get("latency", "embedding")
+        if latency not in profiles:
+            raise ConfigError(f"{path}: at latency: unknown profile {latency!r} "
+                              f"(expected one of: {', '.join(sorted(profiles))})")
         categories = []
         for name, spec in doc["categories"].items():
             terms = sorted(spec.get("terms") or (), key=len, reverse=True)
             pattern = (re.compile(r"\b(?:" + "|".join(r"\s+".join(map(re.escape, t.split())) for t in terms)
                                   + r")", re.IGNORECASE) if terms else None)
             categories.append(Category(name, pattern, bool(spec.get("images"))))
-        return cls(categories, doc.get("threshold", 0.5))
+        models = {name: bool((spec or {}).get("images")) for name, spec in doc["models"].items()}
+        return cls(categories, doc.get("threshold", 0.5), models, latency)
 
 
 @dataclass(slots=True)
@@ -88,7 +102,7 @@ def judge(rules: Rules, text: str, images: int) -> Result:
     return Result(rules, text, images, hits)
 
 
-def inputs(given, model) -> list[tuple[str, int]]:
+def inputs(given, model: str, reads_images: bool) -> list[tuple[str, int]]:
     """(text, image count) per result: each string of a list is one input; a list of
     text and image parts is one input."""
     if isinstance(given, str):
@@ -96,11 +110,11 @@ def inputs(given, model) -> list[tuple[str, int]]:
     if not given or isinstance(given[0], str):
         return [(text, 0) for text in given]
     images = sum(1 for part in given if part["type"] == "image_url")
-    if images and not model.vision:
-        raise InvalidRequestError(f"The model '{model.id}' does not support image inputs.", param="input",
+    if images and not reads_images:
+        raise InvalidRequestError(f"The model '{model}' does not support image inputs.", param="input",
                                   code="invalid_value")
     return [(" ".join(part["text"] for part in given if part["type"] == "text"), images)]
 
 
-def count(pairs: list[tuple[str, int]], encoding: str) -> int:
-    return sum(tokens.count(text, encoding) + images * tokens.IMAGE_TOKENS for text, images in pairs)
+def count(pairs: list[tuple[str, int]]) -> int:
+    return sum(tokens.count(text, ENCODING) + images * tokens.IMAGE_TOKENS for text, images in pairs)

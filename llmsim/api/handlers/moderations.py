@@ -17,7 +17,8 @@ class ModerationsHandlers:
         self.sim = sim
         self.received_at, self.request_headers = current.received_at, current.request_headers
         self.template = sim.templates["moderations"]
-        self.rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"))    # at start-up
+        self.rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)  # at start-up
+        self.profile = sim.profile_for(self.rules)     # (its `latency`, unless --profile says otherwise)
 
     async def create(self, body: dict):
         sim = self.sim
@@ -25,13 +26,13 @@ class ModerationsHandlers:
         fault = sim.faults.begin("moderations", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             await fault.wait()
-        model = body.get("model") or moderation.DEFAULT_MODEL
-        ctx = sim.context(model)
-        pairs = moderation.inputs(body["input"], ctx.model)
+        model = body.get("model") or self.rules.default_model
+        pairs = moderation.inputs(body["input"], model, self.rules.reads_images(model))
         results = [moderation.judge(self.rules, text, images) for text, images in pairs]
-        sched = latency.schedule(ctx.profile, ctx.rng, 0, 0)
-        n = moderation.count(pairs, ctx.model.encoding)
-        plan = moderation.ModerationPlan(sim.ids.make("moderation", ctx.rng), model, results,
+        rng, _ = sim.draw()
+        sched = latency.schedule(self.profile, rng, 0, 0)
+        n = moderation.count(pairs)
+        plan = moderation.ModerationPlan(sim.ids.make("moderation", rng), model, results,
                                          Usage(n, 0, 0, n), sched.first_token, sched.end)
         sim.stats.record(plan, "moderations")
         if plan.end_at or not sim.clock.realtime:
