@@ -148,3 +148,15 @@ def test_metrics_count_completions_requests(server, client):
 def test_a_null_prompt_starts_from_nothing(server):
     body = httpx.post(f"{server.base}/completions", json={"model": MODEL, "prompt": None, "max_tokens": 3}).json()
     assert body["usage"]["prompt_tokens"] == 0 and body["choices"][0]["finish_reason"] == "length"
+
+
+async def test_the_same_seed_gives_the_same_bytes():
+    from llmsim.app import create_app
+    from llmsim.settings import Settings
+
+    async def answer():
+        app = create_app(Settings(profile="instant", seed=7, generator="random"))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as http:
+            body = {"model": MODEL, "prompt": ["a", "b"], "n": 2, "max_tokens": 8}
+            return (await http.post("/v1/completions", json=body)).content
+    assert await answer() == await answer()
