@@ -29,9 +29,14 @@ from llmsim.api.apis import Apis
 from llmsim.api.front import Front
 from llmsim.api.handlers.anthropic import AnthropicHandlers
 from llmsim.api.handlers.chat import ChatHandlers
+from llmsim.api.handlers.chat_store import ChatStoreHandlers
+from llmsim.api.handlers.compaction import CompactionHandlers
+from llmsim.api.handlers.completions import CompletionsHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
+from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.models import ModelsHandlers
+from llmsim.api.handlers.moderations import ModerationsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
@@ -71,6 +76,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     groups["anthropic"] = AnthropicHandlers(sim, current)
+    groups["embeddings"] = EmbeddingsHandlers(sim, current)
+    groups["completions"] = CompletionsHandlers(sim, current)
+    groups["moderations"] = ModerationsHandlers(sim, current)
+    groups["compaction"] = CompactionHandlers(sim, current)
+    groups["chat_store"] = ChatStoreHandlers(sim)
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],

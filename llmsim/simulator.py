@@ -56,7 +56,7 @@ class Simulator:
     def load(cls, settings: Settings, clock: Clock | None = None) -> "Simulator":
         if settings.data and not Path(settings.data).is_dir():
             raise ConfigError(f"data: {settings.data}: not a directory (--data names a directory of "
-                              "models.yaml, profiles.yaml, faults.yaml, reasoning.yaml, ids.yaml)")
+                              "models.yaml, profiles.yaml, faults.yaml, reasoning.yaml, ids.yaml, moderation.yaml)")
         data = settings.data_file
         profiles = latency.load_profiles(data("profiles.yaml"))
         if settings.profile is not None and settings.profile not in profiles:

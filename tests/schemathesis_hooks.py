@@ -13,6 +13,9 @@ import schemathesis
 # A model's output limit is per model (llmsim/data/models.yaml); the catalogue's smallest.
 MODEL_OUTPUT_LIMIT = 16384
 OUTPUT_CAPS = ("max_output_tokens", "max_tokens", "max_completion_tokens")
+EMBEDDING_SIZE = 1536       # an embedding model's vector size (any model's, --allow-any-model)
+# The efforts of the catalogue's first model (gpt-5), which counts input tokens for a request naming none.
+DEFAULT_MODEL_EFFORTS = ("minimal", "low", "medium", "high", None)
 
 
 CURSORS = ("after", "before")
@@ -32,6 +35,11 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
             body["tool_choice"] = "auto"
     if choice == "required" and not body.get("tools"):      # `required` needs tools
         body["tool_choice"] = "auto"
+    reasoning = body.get("reasoning")
+    if body.get("model") is None and isinstance(reasoning, dict) and reasoning.get("effort") not in DEFAULT_MODEL_EFFORTS:
+        reasoning.pop("effort")
+    if isinstance(body.get("dimensions"), int):             # at most the embedding model's size
+        body["dimensions"] = min(body["dimensions"], EMBEDDING_SIZE)
     obey_anthropics_rules(body)
 
 

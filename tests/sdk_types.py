@@ -51,6 +51,12 @@ KINDS = {
     "WebhookResponseFailed": "openai.types.webhooks:ResponseFailedWebhookEvent",
     "WebhookResponseCancelled": "openai.types.webhooks:ResponseCancelledWebhookEvent",
     "WebhookResponseIncomplete": "openai.types.webhooks:ResponseIncompleteWebhookEvent",
+    # more of OpenAI (issue 51). Not CompactResource: the SDK types its output as output items only,
+    # which the document's own example (kept user messages) does not parse as.
+    "CreateEmbeddingResponse": "openai.types:CreateEmbeddingResponse",
+    "CreateCompletionResponse": "openai.types:Completion",
+    "CreateModerationResponse": "openai.types:ModerationCreateResponse",
+    "ChatCompletionDeleted": "openai.types.chat:ChatCompletionDeleted",
 }
 
 _lock = threading.Lock()

@@ -258,7 +258,7 @@ class FaultInjector:
                        retry_after_ms=_number(None if fault.retry_after is None else fault.retry_after * 1000),
                        after_tokens=_number(fault.after_tokens),
                        timeout_after_ms=_number(fault.timeout_after_ms), context_window=window, context_window_plus=window + 1,
-                       input_param="messages" if api == "chat" else "input")
+                       input_param={"chat": "messages", "completions": "prompt"}.get(api, "input"))
         headers = {name: value.format_map(values) for name, value in kind.headers.items()}
         if fault.retry_after is None:
             headers = {k: v for k, v in headers.items() if v != ""}

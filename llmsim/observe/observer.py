@@ -25,7 +25,8 @@ from llmsim.server.collector import Collector
 
 API_PREFIXES = ("/openai/v1/", "/v1/")     # the default base paths' (settings.base_paths)
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
-             "conversations": "conversations", "realtime": "realtime"}
+             "conversations": "conversations", "realtime": "realtime", "embeddings": "embeddings",
+             "completions": "completions", "moderations": "moderations"}
 REQUEST_ID = b"x-request-id"
 PROCESSING_MS = b"openai-processing-ms"
 MAX_ID = 200            # a client's request id is echoed up to this many bytes

@@ -5,6 +5,8 @@ token counts follow OpenAI's chat accounting (tokens.py) over the text actually 
 """
 from __future__ import annotations
 
+import base64
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -70,6 +72,8 @@ def items_turns(items: Any, path: str) -> list[Turn]:
             turn = Turn("assistant", path=where)
             for part in item.get("summary") or []:
                 turn.texts.append(part.get("text", ""))
+        elif kind == "compaction":        # what it compacted, as its summary
+            turn = Turn("assistant", [summary_of(item.get("encrypted_content"))], path=where)
         else:
             turn = Turn("user", path=where)
             _content_texts(item.get("content"), turn, f"{where}.content")
@@ -119,3 +123,22 @@ def check_vision(turns: list[Turn], model) -> None:
         if turn.images:
             raise InvalidRequestError(f"The model '{model.id}' does not support image inputs.",
                                       param=turn.path, code="invalid_value")
+
+
+# A compaction item (llmsim.sim.compaction) carries the summary of what it compacted, sealed in
+# its `encrypted_content`: read back here as the text the model would see.
+SEAL = "gAAAAA"             # how OpenAI's encrypted contents start
+
+
+def seal(summary: str) -> str:
+    return SEAL + base64.urlsafe_b64encode(zlib.compress(summary.encode())).decode()
+
+
+def summary_of(encrypted: str | None) -> str:
+    """The summary a compaction item carries ("" for content llmsim did not seal)."""
+    if not encrypted or not encrypted.startswith(SEAL):
+        return ""
+    try:
+        return zlib.decompress(base64.urlsafe_b64decode(encrypted[len(SEAL):])).decode()
+    except (ValueError, zlib.error):
+        return ""

@@ -20,6 +20,8 @@ class Model:
     vision: bool
     efforts: tuple[str, ...]          # empty: not a reasoning model
     default_effort: str | None
+    dimensions: int | None = None     # an embedding model's vector size (None: not one)
+    shortens: bool = True             # an embedding model accepts `dimensions`
 
     @property
     def reasons(self) -> bool:
@@ -49,7 +51,8 @@ class Catalogue:
                                                      if efforts else None)
             models[model_id] = Model(model_id, spec["owned_by"], spec["created"], spec["context_window"],
                                      spec["max_output_tokens"], spec["latency"], spec["encoding"],
-                                     spec["vision"], efforts, default)
+                                     spec["vision"], efforts, default, spec.get("dimensions"),
+                                     spec.get("shortens", True))
         fallback = Model("*", defaults["owned_by"], defaults["created"], defaults["context_window"],
                          defaults["max_output_tokens"], defaults["latency"], defaults["encoding"],
                          defaults["vision"], (), None)

@@ -1,10 +1,11 @@
-"""POST /chat/completions."""
+"""POST /chat/completions (kept in the store with `store: true`: llmsim.state.chats)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
 from llmsim.sim import chatplan, inputs
+from llmsim.state.chats import ChatStore
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
     from llmsim.api.current import Current
@@ -16,6 +17,7 @@ class ChatHandlers:
         self.sim = sim
         self.received_at, self.request_headers = current.received_at, current.request_headers
         self.template = sim.templates["chat"]
+        self.stored = ChatStore(sim)
 
     async def create(self, body: dict):
         sim = self.sim
@@ -39,10 +41,15 @@ class ChatHandlers:
             plan = fault.shape(plan)
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
+            if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
+                await self.stored.save(body, self.template.body_json(plan=plan, req=body))
             frames = fault.frames(self.template, plan=plan, req=body)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
                                                          sim.stats.lateness))
         if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan, req=body))
+        content = self.template.body_json(plan=plan, req=body)
+        if body.get("store"):
+            await self.stored.save(body, content)
+        return transport.json_response(content)

@@ -1,4 +1,5 @@
-"""What the stateful Responses API keeps, and the small interface every backend implements.
+"""What the stateful Responses API keeps (and stored chat completions), and the small interface
+every backend implements.
 
 Records are plain data. A stored response keeps its latest snapshot (the response object a
 `GET` returns), the items it answered (history plus its own input, as item resources) and,
@@ -207,6 +208,17 @@ class Store(Protocol):
     async def get_item(self, conversation_id: str, item_id: str) -> dict | None: ...
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    async def put_chat(self, chat_id: str, record: bytes) -> None:
+        """Create a stored chat completion (`record`: its JSON, llmsim.state.chats), or replace
+        the record of one that exists (it keeps its place in creation order)."""
+
+    async def get_chat(self, chat_id: str) -> bytes | None: ...
+
+    async def delete_chat(self, chat_id: str) -> bool: ...
+
+    async def chats(self) -> list[bytes]:
+        """Every stored chat completion's record, oldest first."""
 
     async def outbox_put(self, key: str, entry: bytes) -> None:
         """Keep a pending webhook delivery (llmsim.state.webhooks) until `outbox_delete`:

@@ -18,6 +18,7 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
 - `conversations`: id -> (expires, n, next item position), record JSON;
 - `items`: conversation id NUL position -> item JSON; `item_ids`: conversation id NUL item id
   -> position;
+- `chats`: id -> (expires, n), a stored chat completion's record JSON;
 - `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
   entry's n is one more than the newest's;
 - `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
@@ -50,10 +51,11 @@ FORMAT = b"2"
 RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
 HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
 CONVERSATION = struct.Struct("<dQQ")    # expires, n, next item position
+CHAT = struct.Struct("<dQ")             # expires, n
 POSITION = struct.Struct(">Q")
 SEQ = struct.Struct(">I")
 COUNT = struct.Struct("<I")
-KINDS = {"responses": b"r", "conversations": b"c"}
+KINDS = {"responses": b"r", "conversations": b"c", "chats": b"h"}
 
 
 def _order_key(kind: str, n: int) -> bytes:
@@ -214,6 +216,8 @@ class LmdbStore:
             if events > first:
                 self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
             return True
+        if kind == "chats":
+            return txn.delete(entry_id.encode(), db=self.db["chats"])
         found = txn.delete(entry_id.encode(), db=self.db["conversations"])
         self._delete_prefix(txn, "items", _key(entry_id, b""))
         self._delete_prefix(txn, "item_ids", _key(entry_id, b""))
@@ -256,9 +260,17 @@ class LmdbStore:
         expires, n, next_pos = CONVERSATION.unpack_from(raw)
         return (expires, n, next_pos, raw[CONVERSATION.size:]) if expires > time.time() else None
 
+    def _live_chat(self, txn, chat_id: str):
+        raw = txn.get(chat_id.encode(), db=self.db["chats"])
+        if raw is None:
+            return None
+        expires, n = CHAT.unpack_from(raw)
+        return (expires, n, bytes(raw[CHAT.size:])) if expires > time.time() else None
+
     def _delete(self, kind: str, entry_id: str) -> asyncio.Future:
         """Delete an entry that has not expired (and what hangs off it); whether there was one."""
-        live = self._live_response if kind == "responses" else self._live_conversation
+        live = {"responses": self._live_response, "conversations": self._live_conversation,
+                "chats": self._live_chat}[kind]
 
         def delete(txn) -> bool:
             found = live(txn, entry_id)       # (expires, n, ...)
@@ -401,6 +413,47 @@ class LmdbStore:
             return position is not None
         return await self._write(delete)
 
+    # ---- stored chat completions -----------------------------------------------------
+    async def put_chat(self, chat_id: str, record: bytes) -> None:
+        key = chat_id.encode()
+
+        def put(txn) -> None:
+            chats, expires = self.db["chats"], self.bounds.expires(time.time())
+            live = self._live_chat(txn, chat_id)
+            if live is not None:               # a new record; its place stays
+                txn.put(key, CHAT.pack(expires, live[1]) + record, db=chats)
+                return
+            old = txn.get(key, db=chats)
+            if old is not None:                # expired: it goes
+                self._drop(txn, "chats", chat_id, _order_key("chats", CHAT.unpack_from(old)[1]))
+            n = self._next_n(txn, "chats")
+            txn.put(key, CHAT.pack(expires, n) + record, db=chats)
+            self._created(txn, "chats", n, chat_id)
+        await self._write(put)
+
+    async def get_chat(self, chat_id: str) -> bytes | None:
+        live = self._read(lambda txn: self._live_chat(txn, chat_id))
+        return None if live is None else live[2]
+
+    async def delete_chat(self, chat_id: str) -> bool:
+        return await self._delete("chats", chat_id)
+
+    async def chats(self) -> list[bytes]:
+        prefix = KINDS["chats"]
+
+        def read(txn) -> list[bytes]:
+            found = []
+            cursor = txn.cursor(db=self.db["order"])
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    live = self._live_chat(txn, value.decode())
+                    if live is not None:
+                        found.append(live[2])
+            return found
+        return self._read(read)
+
     # ---- pending webhook deliveries -----------------------------------------------------
     async def attempt(self, key: str) -> int:
         """How many requests (this one included) reached a scenario's error turn with this
@@ -447,7 +500,7 @@ def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
                   ("responses", "frames", "conversations", "items", "item_ids", "order", "meta",
-                                    "outbox")}
+                                    "outbox", "chats")}
         _check_format(env, tables, path)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]

@@ -61,6 +61,13 @@ class _Conversation:
         self.next_position = 0
 
 
+class _Chat:
+    __slots__ = ("expires", "record")
+
+    def __init__(self, expires: float, record: bytes):
+        self.expires, self.record = expires, record
+
+
 class MemoryStore:
     needs_task = False  # plain dicts: nothing awaited
     defers = True       # keeps a deferred record (and frames) as what renders it (llmsim.state.responses.Replay)
@@ -69,6 +76,7 @@ class MemoryStore:
         self.bounds = bounds
         self._responses: OrderedDict[str, _Response] = OrderedDict()
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        self._chats: OrderedDict[str, _Chat] = OrderedDict()
         self._writes = 0
         self._outbox: dict[str, bytes] = {}
 
@@ -97,7 +105,7 @@ class MemoryStore:
         self._writes += 1
         if self._writes % SWEEP_EVERY == 0:
             now = time.time()
-            for table in (self._responses, self._conversations):
+            for table in (self._responses, self._conversations, self._chats):
                 for entry_id in [key for key, entry in islice(table.items(), SWEEP_EVERY) if entry.expires <= now]:
                     del table[entry_id]
 
@@ -222,6 +230,27 @@ class MemoryStore:
         del live.items[position]
         self._wrote()
         return True
+
+    # ---- stored chat completions -----------------------------------------------------
+    async def put_chat(self, chat_id: str, record: bytes) -> None:
+        expires = self.bounds.expires(time.time())
+        live = self._live(self._chats, chat_id)
+        if live is not None:                  # a new record; its place stays
+            live.record, live.expires = _owned(record), expires
+            self._wrote()
+            return
+        self._created(self._chats, chat_id, _Chat(expires, _owned(record)))
+
+    async def get_chat(self, chat_id: str) -> bytes | None:
+        live = self._live(self._chats, chat_id)
+        return None if live is None else live.record
+
+    async def delete_chat(self, chat_id: str) -> bool:
+        return self._delete(self._chats, chat_id)
+
+    async def chats(self) -> list[bytes]:
+        now = time.time()
+        return [entry.record for entry in self._chats.values() if entry.expires > now]
 
     # ---- pending webhook deliveries (gone with the process, as everything here) -------------
     async def outbox_put(self, key: str, entry: bytes) -> None:

@@ -3,7 +3,8 @@ machines behind one load balancer.
 
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
-`conv:<id>:order` the list of item ids, `outbox` a hash of pending webhook deliveries. `resp:order` / `conv:order` are sorted sets of ids by
+`conv:<id>:order` the list of item ids, `chat:<id>` a stored chat completion's record, `outbox` a
+hash of pending webhook deliveries. `resp:order` / `conv:order` / `chat:order` are sorted sets of ids by
 creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
 shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
@@ -225,6 +226,20 @@ class RedisFaults:
         return (orjson.loads(schedule) if schedule else []), (orjson.loads(rates) if rates else {})
 
 
+# ARGV: id, record, ttl_ms, max_entries
+PUT_CHAT = _EVICT + """
+local key = 'llmsim:chat:' .. ARGV[1]
+local existed = redis.call('EXISTS', key)
+redis.call('SET', key, ARGV[2])
+expire(key, ARGV[3])
+if existed == 1 then return 0 end
+local n = redis.call('INCR', 'llmsim:chat:seq')
+redis.call('ZADD', 'llmsim:chat:order', n, ARGV[1])
+evict('chat', n, tonumber(ARGV[4]), {})
+return n
+"""
+
+
 class RedisStore:
     needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
 
@@ -243,6 +258,7 @@ class RedisStore:
         self._put_response = register(PUT_RESPONSE)
         self._append = register(APPEND_EVENTS)
         self._put_conversation = register(PUT_CONVERSATION)
+        self._put_chat = register(PUT_CHAT)
         self._add_items = register(ADD_ITEMS)
         self._delete_item = register(DELETE_ITEM)
         self._items = register(CONVERSATION_ITEMS)
@@ -371,6 +387,27 @@ class RedisStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
         return bool(await self._delete_item(args=[conversation_id, item_id]))
+
+    # ---- stored chat completions -----------------------------------------------------
+    async def put_chat(self, chat_id: str, record: bytes) -> None:
+        await self._batched(self._put_chat, [chat_id, record, self.ttl_ms, self.bounds.max_entries])
+
+    async def get_chat(self, chat_id: str) -> bytes | None:
+        return await self.redis.get(f"{PREFIX}chat:{chat_id}")
+
+    async def delete_chat(self, chat_id: str) -> bool:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(f"{PREFIX}chat:{chat_id}")
+            pipe.zrem(f"{PREFIX}chat:order", chat_id)
+            deleted, _ = await pipe.execute()
+        return deleted > 0
+
+    async def chats(self) -> list[bytes]:
+        ids = await self.redis.zrange(f"{PREFIX}chat:order", 0, -1)
+        if not ids:
+            return []
+        records = await self.redis.mget([f"{PREFIX}chat:{i.decode()}" for i in ids])
+        return [record for record in records if record is not None]     # (expired: gone)
 
     # ---- pending webhook deliveries -----------------------------------------------------
     async def attempt(self, key: str) -> int:

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_by_conversation ON items (conversation_n, id);
 CREATE TABLE IF NOT EXISTS outbox (key TEXT PRIMARY KEY, entry BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS attempts (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chats (
+    n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL, record BLOB NOT NULL);
 """
 
 
@@ -565,6 +567,37 @@ class SqliteStore:
             "INSERT INTO attempts (key, count) VALUES (?, 1) ON CONFLICT (key) DO UPDATE "
             "SET count = count + 1 RETURNING count", (key,)).fetchone()[0])
 
+    # ---- stored chat completions -----------------------------------------------------
+    async def put_chat(self, chat_id: str, record: bytes) -> None:
+        def put(tx: Tx):
+            db, now = tx.db, tx.now
+            updated = db.execute("UPDATE chats SET record = ?, expires = ? WHERE id = ? AND expires > ?",
+                                 (record, self.bounds.expires(now), chat_id, now))
+            if updated.rowcount:
+                return
+            db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))         # expired
+            n = db.execute("INSERT INTO chats (id, expires, record) VALUES (?,?,?)",
+                           (chat_id, self.bounds.expires(now), record)).lastrowid
+            tx.created("chats", n)
+        await self._call(put, CREATE)
+
+    async def get_chat(self, chat_id: str) -> bytes | None:
+        def get(tx: Tx):
+            row = tx.db.execute("SELECT record FROM chats WHERE id = ? AND expires > ?", (chat_id, tx.now)).fetchone()
+            return row and bytes(row[0])
+        return await self._run(get) or None
+
+    async def delete_chat(self, chat_id: str) -> bool:
+        def delete(tx: Tx):
+            return tx.db.execute("DELETE FROM chats WHERE id = ? AND expires > ?", (chat_id, tx.now)).rowcount > 0
+        return await self._write(delete)
+
+    async def chats(self) -> list[bytes]:
+        def read(tx: Tx):
+            return [bytes(row[0]) for row in
+                    tx.db.execute("SELECT record FROM chats WHERE expires > ? ORDER BY n", (tx.now,))]
+        return await self._run(read)
+
     # ---- pending webhook deliveries -----------------------------------------------------
     async def outbox_put(self, key: str, entry: bytes) -> None:
         await self._write(lambda tx: tx.db.execute("INSERT OR REPLACE INTO outbox (key, entry) VALUES (?,?)",
@@ -593,6 +626,6 @@ def _maintain(tx: Tx) -> None:
     PASSIVE checkpoint never catches up with the end of the WAL, which then grows without
     bound, and every commit gets slower."""
     now = time.time()
-    for table in ("responses", "conversations"):
+    for table in ("responses", "conversations", "chats"):
         tx.db.execute(f"DELETE FROM {table} WHERE expires <= ?", (now,))
     tx.db.execute("PRAGMA wal_checkpoint(RESTART)")

@@ -1,0 +1,33 @@
+"""POST /responses/compact: a conversation's user messages and one compaction item."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.sim import compaction
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
+    from llmsim.simulator import Simulator
+
+
+class CompactionHandlers:
+    def __init__(self, sim: Simulator, current: Current):
+        self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
+        self.template = sim.templates["compaction"]
+
+    async def compact(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(self.received_at())
+        fault = sim.faults.begin("compact", body, self.request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            await fault.wait()
+        prior = await sim.state.prior(body)         # previous_response_id: what it continues
+        ctx = sim.context(body["model"])
+        items = [*prior.items, *sim.state.shaped(sim.state.input_items(body, ctx.rng))]
+        plan = compaction.plan_compaction(body, ctx, items)
+        sim.stats.record(plan, "responses")
+        if plan.end_at or not sim.clock.realtime:
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(plan=plan))

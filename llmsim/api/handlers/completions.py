@@ -1,0 +1,37 @@
+"""POST /completions (legacy): JSON, or SSE chunks ending with [DONE] when stream is true."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.sim import completionplan
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
+    from llmsim.simulator import Simulator
+
+
+class CompletionsHandlers:
+    def __init__(self, sim: Simulator, current: Current):
+        self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
+        self.template = sim.templates["completions"]
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(self.received_at())
+        fault = sim.faults.begin("completions", body, self.request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        plan = completionplan.plan_completion(body, sim.context(body["model"]))
+        if fault:                       # a content filter cuts the choices
+            plan = fault.shape(plan)
+        sim.stats.record(plan, "completions", bool(body.get("stream")))
+        if body.get("stream"):
+            frames = fault.frames(self.template, plan=plan, req=body)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
+                                                         sim.stats.lateness))
+        if plan.end_at or not sim.clock.realtime:
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(plan=plan, req=body))

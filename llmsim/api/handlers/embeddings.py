@@ -1,0 +1,30 @@
+"""POST /embeddings."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.sim import embeddings
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
+    from llmsim.simulator import Simulator
+
+
+class EmbeddingsHandlers:
+    def __init__(self, sim: Simulator, current: Current):
+        self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
+        self.template = sim.templates["embeddings"]
+
+    async def create(self, body: dict):
+        sim = self.sim
+        start = sim.clock.began(self.received_at())
+        fault = sim.faults.begin("embeddings", body, self.request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            await fault.wait()
+        plan = embeddings.plan_embeddings(body, sim.context(body["model"]), body["model"] in sim.catalogue.models)
+        sim.stats.record(plan, "embeddings")
+        if plan.end_at or not sim.clock.realtime:
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(plan=plan))

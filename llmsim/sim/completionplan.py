@@ -1,0 +1,76 @@
+"""Plan a legacy completions answer (/v1/completions): `n` choices per prompt, each planned as
+a Chat choice (llmsim.sim.chatplan) of that prompt alone, with no chat framing: its tokens are
+the prompt's own. `max_tokens` defaults to 16, as OpenAI's does. With `echo`, a choice's text
+starts with its prompt (the stream sends the prompt first). Prompts given as token arrays are
+decoded to their text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmsim.errors import ContextLengthError
+from llmsim.sim import chatplan, inputs, tokens
+from llmsim.sim.embeddings import decode
+from llmsim.sim.plan import Context, Usage, check_context
+
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(slots=True)
+class CompletionPlan(chatplan.ChatPlan):
+    prompts: list[str] = field(default_factory=list)
+    per_prompt: int = 1              # n
+    echo: bool = False
+
+    def prompt_of(self, choice) -> str:
+        return self.prompts[choice.index // self.per_prompt]
+
+
+def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
+    model = ctx.model
+    texts, counts = _prompts(body["prompt"], model.encoding)
+    cap = body.get("max_tokens")
+    cap = DEFAULT_MAX_TOKENS if cap is None else cap
+    check_context(ctx, 0, cap, "max_tokens")
+    longest = max(counts)
+    if longest + cap > model.context_window:
+        raise ContextLengthError(
+            f"This model's maximum context length is {model.context_window} tokens, however you requested "
+            f"{longest + cap} tokens ({longest} in your prompt; {cap} for the completion). Please reduce "
+            "your prompt; or completion length.", param="prompt")
+    stops = chatplan._stops(body.get("stop"))
+    n = body.get("n") or 1
+    choices, first = [], None
+    for p, text in enumerate(texts):
+        turns = [inputs.Turn("user", [text])]
+        for j in range(n):
+            choice, sched = chatplan._choice(p * n + j, ctx, turns, cap, None, None, "user", stops)
+            if first is None:
+                first = sched.first_token
+            else:
+                chatplan._shift(choice, first - sched.first_token)
+            choices.append(choice)
+    visible = sum(c.visible_tokens for c in choices)
+    usage = Usage.make(sum(counts), visible, 0, ctx.settings.usage)
+    include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
+    return CompletionPlan(ctx.ids.make("completion", ctx.rng), ctx.created_at, body["model"], body, choices,
+                          usage, min(c.first_at for c in choices), max(c.end_at for c in choices), None,
+                          include_usage, "default", prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
+
+
+def _prompts(given, encoding: str) -> tuple[list[str], list[int]]:
+    """The prompts (token arrays decoded) and each one's token count; no prompt is an empty one
+    (OpenAI's default, <|endoftext|>, which starts a text from nothing)."""
+    if given is None:
+        given = ""
+    if isinstance(given, str) or (given and isinstance(given[0], int)):
+        given = [given]
+    texts, counts = [], []
+    for i, item in enumerate(given):
+        if isinstance(item, str):
+            texts.append(item)
+            counts.append(tokens.count(item, encoding))
+        else:
+            texts.append(decode(item, encoding, "prompt" if len(given) == 1 else f"prompt[{i}]"))
+            counts.append(len(item))
+    return texts, counts
