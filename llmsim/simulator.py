@@ -20,6 +20,7 @@ from llmsim.sim.models import Catalogue
 from llmsim.sim.plan import Context
 from llmsim.sim.reasoning import ReasoningRules
 from llmsim.state.responses import ResponseState
+from llmsim.state.serving import Serving
 from llmsim.state.store import open_store
 
 # With --seed, timestamps are simulated too (this epoch plus one second per request), so the
@@ -69,6 +70,8 @@ class Simulator:
         if getattr(self.store, "shared_faults", None) is not None:
             self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
+        self.serving = Serving(self.store)        # slots, queues and the prefix cache (off by default)
+        self.stats.serving = self.serving.snapshot
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
@@ -79,7 +82,8 @@ class Simulator:
         if fixed is None:
             ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
             tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
-            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
+            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt,
+                                                                          profile.serving)
         return fixed
 
     def draw(self) -> tuple[random.Random, int]:

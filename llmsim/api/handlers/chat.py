@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.sim import chatplan
+from llmsim.sim import chatplan, inputs
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
     from llmsim.api.current import Current
@@ -23,15 +23,29 @@ class ChatHandlers:
         fault = sim.faults.begin("chat", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
-        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        ctx = sim.context(body["model"])
+        plan = chatplan.plan_chat(body, ctx)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
+        ticket = None                   # the serving model's (llmsim.state.serving), when on
+        serving = sim.serving.params(sim.settings, ctx.profile)
+        if serving is not None:
+            ticket = await sim.serving.admit(serving, plan, body, inputs.chat_turns(body["messages"]),
+                                             ctx.model.encoding, start)
+            start = ticket.start
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
+            if ticket is not None:
+                frames = ticket.timed(frames)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
                                                          sim.stats.lateness))
-        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+        if ticket is not None:
+            try:
+                await sim.clock.sleep_until(start + ticket.end_at(plan.end_at))
+            finally:
+                ticket.release()
+        elif plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         return transport.json_response(self.template.body_json(plan=plan, req=body))

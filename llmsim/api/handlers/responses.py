@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.sim import plan as planning
+from llmsim.sim import inputs, plan as planning
 from llmsim.state.responses import Replay, wants_store
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
@@ -30,6 +30,12 @@ class ResponsesHandlers:
         plan = planning.plan_response(body, ctx, prior.turns)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
+        ticket = None                   # the serving model's (llmsim.state.serving), when on
+        serving = sim.serving.params(sim.settings, ctx.profile)
+        if serving is not None and not body.get("background"):
+            turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
+            ticket = await sim.serving.admit(serving, plan, body, turns, ctx.model.encoding, start)
+            start = ticket.start
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
@@ -39,13 +45,20 @@ class ResponsesHandlers:
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
+            if ticket is not None:
+                frames = ticket.timed(frames)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             chunks = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.SSEResponse(chunks)
-        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+        if ticket is not None:
+            try:
+                await sim.clock.sleep_until(start + ticket.end_at(plan.end_at))
+            finally:
+                ticket.release()
+        elif plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
         if store:                                           # the store keeps these bytes
