@@ -179,9 +179,9 @@ class Serving:
         """`params` of a profile, remembered until the settings change (read per request)."""
         if settings is not self._settings:
             self._settings, self._params = settings, {}
-        found = self._params.get(profile, False)
+        found = self._params.get(profile.name, False)
         if found is False:
-            found = self._params[profile] = params(settings, profile)
+            found = self._params[profile.name] = params(settings, profile)
         return found
 
     async def admit(self, p: Params, plan, body: dict, turns: list, encoding: str, start: float) -> Ticket:
