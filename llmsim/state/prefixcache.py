@@ -132,6 +132,52 @@ class RedisPrefixCache:
         return self.stats.models
 
 
+class LmdbPrefixCache:
+    """One cache for the processes of a host sharing an LMDB store (its own table there). Per
+    model: `b` block hash -> last use, `o` last use -> block hash (oldest first, for eviction),
+    `c` the clock, `n` the block count; a lookup is one write transaction, batched with the
+    store's other writes of the loop step."""
+
+    def __init__(self, store):
+        self.store = store
+        self.db = store._open().open_db(b"prefix")
+        self.stats = Counts()
+
+    async def lookup(self, model: str, hashes: list[bytes], capacity: int, block: int = 1) -> int:
+        hits, n = await self.store._write(lambda txn: self._lookup(txn, model.encode(), hashes, capacity))
+        self.stats.add(model, len(hashes) * block, hits * block, n / capacity)
+        return hits
+
+    def _lookup(self, txn, model: bytes, hashes: list[bytes], capacity: int) -> tuple[int, int]:
+        db, head = self.db, model + b"\0"
+        clock = int.from_bytes(txn.get(b"c" + head, b"", db=db), "big")
+        n = int.from_bytes(txn.get(b"n" + head, b"", db=db), "big")
+        used = [txn.get(b"b" + head + h, db=db) for h in hashes]
+        hits = next((i for i, stamp in enumerate(used) if stamp is None), len(used))
+        for h, stamp in zip(reversed(hashes), reversed(used)):     # the chain's head used last
+            clock += 1
+            now = clock.to_bytes(8, "big")
+            if stamp is None:
+                n += 1
+            else:
+                txn.delete(b"o" + head + stamp, db=db)
+            txn.put(b"b" + head + h, now, db=db)
+            txn.put(b"o" + head + now, h, db=db)
+        if n > capacity:
+            cursor, oldest = txn.cursor(db=db), b"o" + head
+            cursor.set_range(oldest)
+            while n > capacity and cursor.key().startswith(oldest):
+                txn.delete(b"b" + head + cursor.value(), db=db)
+                cursor.delete()
+                n -= 1
+        txn.put(b"c" + head, clock.to_bytes(8, "big"), db=db)
+        txn.put(b"n" + head, n.to_bytes(8, "big"), db=db)
+        return hits, n
+
+    def counts(self) -> dict:
+        return self.stats.models
+
+
 def for_store(store):
     """The prefix cache that goes with `store`: its own, when it shares one, else this process's."""
     make = getattr(store, "prefix_cache", None)
