@@ -70,7 +70,7 @@ class Simulator:
         if getattr(self.store, "shared_faults", None) is not None:
             self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
-        self.serving = Serving(self.store)        # slots, queues and the prefix cache (off by default)
+        self.serving = Serving(self.store, self.profiles)        # slots, queues and the prefix cache (off by default)
         self.stats.serving_state = self.serving.snapshot
 
     def profile_for(self, model) -> latency.Profile:

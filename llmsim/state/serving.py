@@ -168,17 +168,22 @@ class Timed:
 class Serving:
     """The serving model of one process: slots per model and the prefix cache."""
 
-    def __init__(self, store):
-        self.store = store
+    def __init__(self, store, profiles: dict):
+        self.store, self.profiles = store, profiles
         self.models: dict[str, Slots] = {}
         self.cache = prefixcache.for_store(store)
-        self._settings = None
+        self.settings = None        # the settings `on` was worked out for (handlers compare, then
+        self.on = False             # call `refresh` when they changed): is any piece on anywhere?
         self._params: dict = {}
+
+    def refresh(self, settings) -> None:
+        self.settings, self._params = settings, {}
+        self.on = any(params(settings, profile) is not None for profile in self.profiles.values())
 
     def params(self, settings, profile) -> Params | None:
         """`params` of a profile, remembered until the settings change (read per request)."""
-        if settings is not self._settings:
-            self._settings, self._params = settings, {}
+        if settings is not self.settings:
+            self.refresh(settings)
         found = self._params.get(profile.name, False)
         if found is False:
             found = self._params[profile.name] = params(settings, profile)

@@ -28,8 +28,9 @@ class ChatHandlers:
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on
-        serving = sim.serving.params(sim.settings, ctx.profile)
-        if serving is not None:
+        if sim.serving.settings is not sim.settings:
+            sim.serving.refresh(sim.settings)
+        if sim.serving.on and (serving := sim.serving.params(sim.settings, ctx.profile)) is not None:
             ticket = await sim.serving.admit(serving, plan, body, inputs.chat_turns(body["messages"]),
                                              ctx.model.encoding, start)
             start = ticket.start

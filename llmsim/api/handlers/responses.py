@@ -31,11 +31,12 @@ class ResponsesHandlers:
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on
-        serving = sim.serving.params(sim.settings, ctx.profile)
-        if serving is not None and not body.get("background"):
-            turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
-            ticket = await sim.serving.admit(serving, plan, body, turns, ctx.model.encoding, start)
-            start = ticket.start
+        if sim.serving.settings is not sim.settings:
+            sim.serving.refresh(sim.settings)
+        if sim.serving.on and not body.get("background"):
+            ticket = await self.admit(ctx, plan, body, prior, start)
+            if ticket is not None:
+                start = ticket.start
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
@@ -67,3 +68,12 @@ class ResponsesHandlers:
             if prior.conversation:                          # its items join the conversation
                 await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
+
+    async def admit(self, ctx, plan, body: dict, prior, start: float):
+        """The serving model's ticket for this request (None: off for its model)."""
+        serving = self.sim.serving
+        params = serving.params(self.sim.settings, ctx.profile)
+        if params is None:
+            return None
+        turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
+        return await serving.admit(params, plan, body, turns, ctx.model.encoding, start)
