@@ -99,6 +99,20 @@ def parser() -> argparse.ArgumentParser:
                        "faster (default 1; 0: no waiting)")
     serve.add_argument("--replay-strict", action="store_true", default=None,
                        help="with --replay: a request no fixture matches gets a 404 instead of a simulated answer")
+    # the serving model (docs/serving-model.md): off unless set here or in a model's profile
+    serve.add_argument("--max-concurrency", type=int, help="requests a model answers at once per "
+                       "process; more wait in order, the wait counting in their TTFT")
+    serve.add_argument("--max-queue", type=int, help="requests waiting for a slot beyond which a "
+                       "request gets 429 (default: no cap)")
+    serve.add_argument("--prefill-ms-per-token", type=float,
+                       help="TTFT grows by this many ms per uncached input token")
+    serve.add_argument("--load-slowdown", type=float, help="the inter-token gap's factor with every "
+                       "slot busy (linear in the running requests; needs --max-concurrency)")
+    serve.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=None,
+                       help="cache input token blocks: cached_tokens in usage, prefill only the rest")
+    serve.add_argument("--prefix-block-tokens", type=int, help="tokens per cached block (default 16)")
+    serve.add_argument("--prefix-cache-blocks", type=int,
+                       help="cached blocks kept per model, least recently used out (default 65536)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")

@@ -76,6 +76,15 @@ class Settings:
     scenarios: str | None = None        # scenario file: scripted turns and rules (llmsim.sim.scenarios)
     default_scenario: str | None = None  # the scenario a request naming none plays
 
+    # the serving model (llmsim.state.serving); None: as the model's profile says (off unless it says)
+    max_concurrency: int | None = None  # requests a model answers at once, per process
+    max_queue: int | None = None        # requests waiting for a slot beyond which 429 (None: no cap)
+    prefill_ms_per_token: float | None = None   # TTFT += this per uncached input token
+    load_slowdown: float | None = None  # the gap's factor with every slot busy (1: none)
+    prefix_cache: bool | None = None    # hash input token blocks: cached_tokens, shorter prefill
+    prefix_block_tokens: int = 16       # tokens per cached block
+    prefix_cache_blocks: int = 65536    # blocks kept per model (least recently used out)
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""

@@ -24,6 +24,7 @@ from llmsim.sim.plan import Context
 from llmsim.sim.reasoning import ReasoningRules
 from llmsim.sim.scenarios import ScenarioSet
 from llmsim.state.responses import ResponseState
+from llmsim.state.serving import Serving
 from llmsim.state.store import open_store
 
 # With --seed, timestamps are simulated too (this epoch plus one second per request), so the
@@ -89,6 +90,8 @@ class Simulator:
         scenarios = ScenarioSet.load(self.settings.scenarios, list(self.faults.kinds),
                                      self.settings.default_scenario)
         self.scripts = Scripts(scenarios, self.faults, getattr(self.store, "attempt", None))
+        self.serving = Serving(self.store, self.profiles)        # slots, queues and the prefix cache (off by default)
+        self.stats.serving_state = self.serving.snapshot
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
@@ -99,7 +102,8 @@ class Simulator:
         if fixed is None:
             ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
             tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
-            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt)
+            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt,
+                                                                          profile.serving)
         return fixed
 
     def draw(self) -> tuple[random.Random, int]:

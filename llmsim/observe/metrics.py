@@ -102,15 +102,15 @@ def families(merged: dict, now: float | None = None) -> list:
         _histogram("llmsim_event_lateness_seconds", "SSE batches: write time minus scheduled time",
                    merged["lateness"]),
     ]
-    out += _vllm(models)
+    out += _vllm(models, merged.get("serving", {}))
     return out
 
 
-def _vllm(models: dict) -> list:
+def _vllm(models: dict, serving: dict) -> list:
     running = GaugeMetricFamily("vllm:num_requests_running", "Requests being answered",
                                 labels=["model_name"])
-    waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests queued (always 0)",
-                                labels=["model_name"])
+    waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests queued for a slot (0 "
+                                "unless the serving model queues them)", labels=["model_name"])
     prompt = CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens", labels=["model_name"])
     generation = CounterMetricFamily("vllm:generation_tokens", "Generated tokens (visible and "
                                      "reasoning)", labels=["model_name"])
@@ -119,13 +119,30 @@ def _vllm(models: dict) -> list:
         ("vllm:inter_token_latency_seconds", "Time between tokens"),
         ("vllm:e2e_request_latency_seconds", "End-to-end request latency"))]
     for name, m in sorted(models.items()):
-        running.add_metric([name], m["running"])
-        waiting.add_metric([name], 0)
+        slots = serving.get(name)
+        running.add_metric([name], m["running"] if slots is None else slots["running"])
+        waiting.add_metric([name], 0 if slots is None else slots["waiting"])
         prompt.add_metric([name], m["prompt"])
         generation.add_metric([name], m["completion"] + m["reasoning"])
         for family, key in zip(histograms, ("ttft", "itl", "e2e")):
             family.add_metric([name], buckets(m[key]), m[key]["sum"])
-    return [running, waiting, prompt, generation, *histograms]
+    for name in sorted(set(serving) - set(models)):    # every request so far still queued
+        running.add_metric([name], serving[name]["running"])
+        waiting.add_metric([name], serving[name]["waiting"])
+    cache = [(name, m) for name, m in sorted(serving.items()) if "prefix_queries" in m]
+    if not cache:
+        return [running, waiting, prompt, generation, *histograms]
+    queries = CounterMetricFamily("vllm:prefix_cache_queries", "Prefix cache: input tokens looked up",
+                                  labels=["model_name"])
+    hits = CounterMetricFamily("vllm:prefix_cache_hits", "Prefix cache: input tokens found cached",
+                               labels=["model_name"])
+    usage = GaugeMetricFamily("vllm:kv_cache_usage_perc", "Prefix cache blocks in use, a fraction "
+                              "of the capacity (1 = full)", labels=["model_name"])
+    for name, m in cache:
+        queries.add_metric([name], m["prefix_queries"])
+        hits.add_metric([name], m["prefix_hits"])
+        usage.add_metric([name], m["kv_usage"])
+    return [running, waiting, prompt, generation, *histograms, queries, hits, usage]
 
 
 class _Families:

@@ -251,6 +251,7 @@ class Stats:
         self.writers: tuple = ()        # trace file / access log, set by the observer
         self._sharing = False
         self._stop_sharing = lambda: None
+        self.serving_state = None       # the serving model's per-model state, a callable (llmsim.state.serving)
 
     # -- fed by the observer -------------------------------------------------------------
     def serving(self) -> None:
@@ -412,6 +413,7 @@ class Stats:
             "http": self.http.snapshot(),
             "lateness": (self.lateness or Histogram()).snapshot(),
             "ring": self.ring.snapshot(),
+            "serving": self.serving_state() if self.serving_state is not None else {},
         }
 
     def _start_sharing(self) -> None:

@@ -41,6 +41,8 @@ def gather(stats: Stats) -> dict:
                 snap.update({g: 0 for g in GAUGES})
                 for m in snap["models"].values():
                     m["running"] = 0
+                for m in snap.get("serving", {}).values():
+                    m["running"] = m["waiting"] = 0
             snapshots.append(snap)
     return merge(snapshots)
 
@@ -78,7 +80,7 @@ def merge(snapshots: Iterable[dict]) -> dict:
     """Sum of the snapshots; histograms dense; `workers` counts the snapshots."""
     out = {name: 0 for name in COUNTERS}
     out.update({name: {} for name in TABLES}, endpoints={}, models={}, ring={},
-               http=_hist(), lateness=_hist(), started=None, enabled=False, workers=0)
+               http=_hist(), lateness=_hist(), started=None, enabled=False, workers=0, serving={})
     for snap in snapshots:
         out["workers"] += 1
         out["enabled"] = out["enabled"] or snap["enabled"]
@@ -98,6 +100,10 @@ def merge(snapshots: Iterable[dict]) -> dict:
                 into[c] += m[c]
             for h in MODEL_HISTOGRAMS:
                 _add_hist(into[h], m[h])
+        for name, m in snap.get("serving", {}).items():    # the serving model (llmsim.state.serving)
+            into = out["serving"].setdefault(name, {})
+            for key, value in m.items():        # a shared cache's use is the same in every process
+                into[key] = max(into.get(key, 0), value) if key == "kv_usage" else into.get(key, 0) + value
         _add_hist(out["http"], snap["http"])
         _add_hist(out["lateness"], snap["lateness"])
         for second, counts in snap["ring"].items():

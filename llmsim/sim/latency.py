@@ -42,6 +42,7 @@ class Profile:
     name: str
     ttft: Dist
     tbt: Dist
+    serving: dict | None = None     # the serving model's parameters (llmsim.state.serving)
 
     @property
     def instant(self) -> bool:
@@ -50,7 +51,7 @@ class Profile:
 
 def load_profiles(path: Path) -> dict[str, Profile]:
     doc = datafiles.load(path, "profiles")
-    return {name: Profile(name, Dist(**p["ttft"]), Dist(**p["tbt"]))
+    return {name: Profile(name, Dist(**p["ttft"]), Dist(**p["tbt"]), p.get("serving"))
             for name, p in doc["profiles"].items()}
 
 

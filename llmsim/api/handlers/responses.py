@@ -42,6 +42,13 @@ class ResponsesHandlers:
         plan = planning.plan_response(body, ctx, prior.turns, script=script)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
+        ticket = None                   # the serving model's (llmsim.state.serving), when on
+        if sim.serving.settings is not sim.settings:
+            sim.serving.refresh(sim.settings)
+        if sim.serving.on and not body.get("background"):
+            ticket = await self.admit(ctx, plan, body, prior, start)
+            if ticket is not None:
+                start = ticket.start
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
@@ -51,13 +58,20 @@ class ResponsesHandlers:
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
+            if ticket is not None:
+                frames = ticket.timed(frames)
             keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
             chunks = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.SSEResponse(chunks)
-        if plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
+        if ticket is not None:
+            try:
+                await sim.clock.sleep_until(start + ticket.end_at(plan.end_at))
+            finally:
+                ticket.release()
+        elif plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
             await sim.clock.sleep_until(start + plan.end_at)
         content = self.template.body_json(plan=plan, req=body)
         if store:                                           # the store keeps these bytes
@@ -66,3 +80,12 @@ class ResponsesHandlers:
             if prior.conversation:                          # its items join the conversation
                 await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
+
+    async def admit(self, ctx, plan, body: dict, prior, start: float):
+        """The serving model's ticket for this request (None: off for its model)."""
+        serving = self.sim.serving
+        params = serving.params(self.sim.settings, ctx.profile)
+        if params is None:
+            return None
+        turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
+        return await serving.admit(params, plan, body, turns, ctx.model.encoding, start)

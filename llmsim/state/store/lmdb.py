@@ -479,6 +479,11 @@ class LmdbStore:
         """Commit the writes still waiting (every call is done when it returns)."""
         self._commit()
 
+    def prefix_cache(self):
+        """The serving model's prefix cache, shared by every process using this LMDB store."""
+        from llmsim.state.prefixcache import LmdbPrefixCache
+        return LmdbPrefixCache(self)
+
     async def close(self) -> None:
         self._commit()
         if self._env is not None:

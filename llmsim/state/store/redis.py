@@ -427,6 +427,11 @@ class RedisStore:
     async def outbox(self) -> list[bytes]:
         return list((await self.redis.hgetall(f"{PREFIX}outbox")).values())
 
+    def prefix_cache(self):
+        """The serving model's prefix cache, shared by every process using this Redis."""
+        from llmsim.state.prefixcache import RedisPrefixCache
+        return RedisPrefixCache(self.redis, PREFIX)
+
     async def close(self) -> None:
         await self.flush()
         await self.redis.aclose()

@@ -1,0 +1,234 @@
+"""The serving model: a model's answers wait for each other the way an inference server's do.
+
+Off unless a setting (`--max-concurrency`, `--max-queue`, `--prefill-ms-per-token`,
+`--load-slowdown`, `--prefix-cache`) or the model's profile (`serving:` in profiles.yaml) turns
+a piece on; a setting, when given, wins over the profile. Per model, in each process:
+
+- **slots:** `max_concurrency` requests are answered at once; more wait in order (FIFO), the
+  wait counting in their TTFT; beyond `max_queue` waiting, a request gets 429.
+- **prefill:** the first token comes `prefill_ms_per_token` ms later per uncached input token.
+- **decode slowdown:** each gap after the first token is the plan's gap times
+  `1 + (load_slowdown - 1) * (running - 1) / (max_concurrency - 1)`, `running` read as that gap
+  begins, so streams already running slow down when others join and speed up when they end.
+- **prefix cache:** the input's tokens, cut into blocks of `prefix_block_tokens`, are hashed
+  by chain (model and `prompt_cache_key` first); the leading blocks already cached are
+  `cached_tokens`, and prefill counts only the rest (llmsim.state.prefixcache).
+
+Slots are per process (`--workers N` gives each worker its own `max_concurrency`): a worker
+is one inference server; the kernel spreads connections over them. The prefix cache is shared
+as the store is (llmsim.state.prefixcache). Background responses and WebSocket turns are not
+queued.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from llmsim.errors import APIError
+from llmsim.sim import inputs, tokens
+from llmsim.state import prefixcache
+
+FIELDS = ("max_concurrency", "max_queue", "prefill_ms_per_token", "load_slowdown", "prefix_cache")
+CAPACITY_MESSAGE = "The server is at capacity: too many requests are waiting for {model}. Please try again later."
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """One model's serving parameters (what settings and its profile make of them)."""
+    max_concurrency: int | None
+    max_queue: int | None
+    prefill_ms_per_token: float
+    load_slowdown: float
+    prefix_cache: bool
+    block_tokens: int
+    cache_blocks: int
+
+    def factor(self, running: int) -> float:
+        """The gap's factor with `running` requests in slots."""
+        n = self.max_concurrency
+        if self.load_slowdown == 1.0 or not n or n < 2 or running <= 1:
+            return 1.0
+        return 1.0 + (self.load_slowdown - 1.0) * (min(running, n) - 1) / (n - 1)
+
+
+def params(settings, profile) -> Params | None:
+    """The serving parameters for a model of `profile` under `settings` (None: all off)."""
+    given = profile.serving or {}
+    values = {}
+    for name in FIELDS:
+        value = getattr(settings, name)
+        values[name] = given.get(name) if value is None else value
+    if not any(values.values()):
+        return None
+    return Params(values["max_concurrency"], values["max_queue"], float(values["prefill_ms_per_token"] or 0.0),
+                  float(values["load_slowdown"] or 1.0), bool(values["prefix_cache"]),
+                  settings.prefix_block_tokens, settings.prefix_cache_blocks)
+
+
+class Slots:
+    """One model's slots in this process: how many run, and who waits, in order."""
+    __slots__ = ("running", "waiting")
+
+    def __init__(self):
+        self.running = 0
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+
+    async def acquire(self, limit: int | None, queue: int | None, model: str) -> None:
+        if limit is None or (self.running < limit and not self.waiting):
+            self.running += 1
+            return
+        if queue is not None and len(self.waiting) >= queue:
+            raise APIError(CAPACITY_MESSAGE.format(model=model), status=429, type="rate_limit_error",
+                           code="rate_limit_exceeded", headers={"retry-after": "1", "retry-after-ms": "1000"})
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn              # `release` hands its slot over: `running` stays as it was
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()      # handed a slot as the client left: pass it on
+            else:
+                self.waiting.remove(turn)
+            raise
+
+    def release(self) -> None:
+        waiting = self.waiting
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.running -= 1
+
+
+class Ticket:
+    """One admitted request: when its answer's clock starts, and its slot until it ends."""
+    __slots__ = ("start", "params", "slots", "first", "held")
+
+    def __init__(self, start: float, params: Params, slots: Slots, first: float):
+        self.start, self.params, self.slots, self.first = start, params, slots, first
+        self.held = True
+
+    def factor(self) -> float:
+        return self.params.factor(self.slots.running)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+    def end_at(self, end: float) -> float:
+        """When a whole (not streamed) answer planned to end at `end` ends, at today's load."""
+        first = self.first
+        return end if end <= first else first + (end - first) * self.factor()
+
+    def timed(self, pairs) -> "Timed":
+        """(due time, item) pairs with every gap after the first token slowed by the load
+        as it begins; the slot is released when they end or are closed."""
+        return Timed(iter(pairs), self)
+
+    def __del__(self):
+        self.release()          # never started (the answer failed before its stream began)
+
+
+class Timed:
+    """The iterator `Ticket.timed` makes (the pacer closes it when the stream ends)."""
+    __slots__ = ("pairs", "ticket", "source", "due")
+
+    def __init__(self, pairs: Iterator, ticket: Ticket):
+        self.pairs, self.ticket = pairs, ticket
+        self.source = self.due = 0.0        # the last pair's planned and slowed due times
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[float, Any]:
+        try:
+            at, item = next(self.pairs)
+        except BaseException:
+            self.ticket.release()
+            raise
+        ticket = self.ticket
+        if at <= ticket.first:
+            self.source = self.due = at
+            return at, item
+        self.due += (at - self.source) * ticket.factor()
+        self.source = at
+        return self.due, item
+
+    def close(self) -> None:
+        self.ticket.release()
+        close = getattr(self.pairs, "close", None)
+        if close is not None:
+            close()
+
+
+class Serving:
+    """The serving model of one process: slots per model and the prefix cache."""
+
+    def __init__(self, store, profiles: dict):
+        self.store, self.profiles = store, profiles
+        self.models: dict[str, Slots] = {}
+        self.cache = prefixcache.for_store(store)
+        self.settings = None        # the settings `on` was worked out for (handlers compare, then
+        self.on = False             # call `refresh` when they changed): is any piece on anywhere?
+        self._params: dict = {}
+
+    def refresh(self, settings) -> None:
+        self.settings, self._params = settings, {}
+        self.on = any(params(settings, profile) is not None for profile in self.profiles.values())
+
+    def params(self, settings, profile) -> Params | None:
+        """`params` of a profile, remembered until the settings change (read per request)."""
+        if settings is not self.settings:
+            self.refresh(settings)
+        found = self._params.get(profile.name, False)
+        if found is False:
+            found = self._params[profile.name] = params(settings, profile)
+        return found
+
+    async def admit(self, p: Params, plan, body: dict, turns: list, encoding: str, start: float) -> Ticket:
+        """Wait for a slot (429 when the queue is full), look the input up in the prefix cache
+        (setting `plan.usage.cached_tokens`), and say when the answer's clock starts: after
+        the wait, and after prefilling the uncached input tokens."""
+        model = plan.model
+        slots = self.models.get(model)
+        if slots is None:
+            slots = self.models[model] = Slots()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await slots.acquire(p.max_concurrency, p.max_queue, model)
+        try:
+            usage = plan.usage
+            if p.prefix_cache:
+                hashes = prefixcache.block_hashes(model, body.get("prompt_cache_key"), token_ids(turns, encoding),
+                                                  p.block_tokens, usage.input_tokens)
+                hits = await self.cache.lookup(model, hashes, p.cache_blocks, p.block_tokens)
+                usage.cached_tokens = hits * p.block_tokens
+        except BaseException:
+            slots.release()
+            raise
+        waited = loop.time() - began
+        prefill = p.prefill_ms_per_token * (usage.input_tokens - usage.cached_tokens) / 1000.0
+        return Ticket(start + waited + prefill, p, slots, plan.first_token_at)
+
+    def snapshot(self) -> dict:
+        """Per model: running and waiting requests, prefix-cache tokens queried and hit, the
+        cache's use (a fraction of its capacity)."""
+        out = {model: {"running": s.running, "waiting": len(s.waiting)} for model, s in self.models.items()}
+        for model, counts in self.cache.counts().items():
+            out.setdefault(model, {"running": 0, "waiting": 0}).update(counts)
+        return out
+
+
+def token_ids(turns: list[inputs.Turn], encoding: str) -> list[int]:
+    """The input's tokens, in order: each turn's role, then its texts."""
+    enc = tokens.encoding(encoding)
+    ids: list[int] = []
+    for turn in turns:
+        ids += prefixcache.encoded(enc, turn.role)
+        for text in turn.texts:
+            ids += prefixcache.encoded(enc, text)
+    return ids
