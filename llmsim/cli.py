@@ -88,6 +88,11 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
     serve.add_argument("--webhook-faults", type=_yaml,
                        help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
+    # admin access (llmsim.api.guard)
+    serve.add_argument("--admin-key", help="the Bearer key llmsim's own routes that change behaviour "
+                       "(POST/DELETE /llmsim/...) need; without one, any --api-key")
+    serve.add_argument("--protect-stats", action=argparse.BooleanOptionalAction, default=None,
+                       help="with keys configured, the read-only routes (stats, metrics, health) need one too")
     return p
 
 

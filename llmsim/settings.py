@@ -70,6 +70,9 @@ class Settings:
     webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
     webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
 
+    admin_key: str | None = None        # needed by llmsim's own routes that change behaviour (llmsim.api.guard)
+    protect_stats: bool = False         # their read-only routes need a key too
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
@@ -133,7 +136,7 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
                                                                   "templates", "spec", "profile", "store",
                                                                   "trace", "stats_dir", "log_format", "data",
-                                                                  "webhook_secret"):
+                                                                  "webhook_secret", "admin_key"):
             values[name] = raw
         if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]

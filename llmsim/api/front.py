@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
-from llmsim.api.guard import JSON, Guard, refuse_websocket
+from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
+from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
 
@@ -49,7 +50,8 @@ class Front:
                  tuned: bool = True):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin,
+                           access=Access())
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
@@ -78,6 +80,7 @@ class Front:
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
+            redact_credentials()        # logging is configured by now
             self.observer.serving()
             self.webhooks.serving()
             try:

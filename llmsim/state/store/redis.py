@@ -15,12 +15,18 @@ each still returns only once Redis has run it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 from typing import Sequence
 
 import orjson
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, ServiceUnavailableError
 from llmsim.render.jsonbytes import dumps
 from llmsim.state.store.base import Bounds, Conversation, StoredResponse
 
@@ -194,6 +200,35 @@ return 1
 """
 
 
+# Redis out of reach (stopped, restarting, hung) must be a quick 503, not a hang: each command
+# waits at most TIMEOUT_S to connect and TIMEOUT_S for its answer, and is tried once more on a
+# fresh connection (a restarted Redis drops the pooled ones).
+TIMEOUT_S = 0.75
+OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def outages_answered(cls):
+    """`cls` with every public coroutine's Redis outage raised as ServiceUnavailableError (503)."""
+    def wrap(method):
+        @functools.wraps(method)
+        async def guarded(self, *args, **kwargs):
+            try:
+                return await method(self, *args, **kwargs)
+            except OUTAGES as exc:
+                raise unavailable(exc) from exc
+        return guarded
+    for name, method in list(vars(cls).items()):
+        if inspect.iscoroutinefunction(method) and not name.startswith("_") and name != "close":
+            setattr(cls, name, wrap(method))
+    return cls
+
+
+def unavailable(exc: Exception) -> ServiceUnavailableError:
+    return ServiceUnavailableError(f"The state store (Redis) is unavailable ({exc.__class__.__name__}). "
+                                   "Please try again later.")
+
+
+@outages_answered
 class RedisFaults:
     """The fault schedule and rates every process sharing this Redis uses (llmsim.faults)."""
 
@@ -222,6 +257,7 @@ class RedisFaults:
         return (orjson.loads(schedule) if schedule else []), (orjson.loads(rates) if rates else {})
 
 
+@outages_answered
 class RedisStore:
     needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
 
@@ -231,7 +267,8 @@ class RedisStore:
         except ImportError:  # pragma: no cover - redis is a declared dependency
             raise ConfigError("store: the 'redis' package is needed for a redis:// store") from None
         try:
-            self.redis = aioredis.from_url(url)
+            self.redis = aioredis.from_url(url, socket_connect_timeout=TIMEOUT_S, socket_timeout=TIMEOUT_S,
+                                           retry=Retry(NoBackoff(), 1), retry_on_timeout=True)
         except ValueError as exc:
             raise ConfigError(f"store: bad Redis URL {url!r}: {exc}") from None
         self.bounds = bounds
