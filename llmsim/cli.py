@@ -92,7 +92,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-key", help="the Bearer key llmsim's own routes that change behaviour "
                        "(POST/DELETE /llmsim/...) need; without one, any --api-key")
     serve.add_argument("--protect-stats", action=argparse.BooleanOptionalAction, default=None,
-                       help="with keys configured, the read-only routes (stats, metrics, health) need one too")
+                       help="with keys configured, the read-only routes (stats, metrics) need one too")
+    serve.add_argument("--store-max-bytes", type=int, help="an LMDB or SQLite store's largest file size "
+                       "in bytes; when it is full, requests that write get 503 (default: no limit)")
     return p
 
 

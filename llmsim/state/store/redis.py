@@ -15,8 +15,6 @@ each still returns only once Redis has run it.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 from typing import Sequence
 
@@ -26,9 +24,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from llmsim.errors import ConfigError, ServiceUnavailableError
+from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import Bounds, Conversation, StoredResponse
+from llmsim.state.store.base import Bounds, Conversation, StoredResponse, outages_answered
 
 log = logging.getLogger("llmsim")
 PREFIX = "llmsim:"
@@ -207,28 +205,13 @@ TIMEOUT_S = 0.75
 OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
-def outages_answered(cls):
-    """`cls` with every public coroutine's Redis outage raised as ServiceUnavailableError (503)."""
-    def wrap(method):
-        @functools.wraps(method)
-        async def guarded(self, *args, **kwargs):
-            try:
-                return await method(self, *args, **kwargs)
-            except OUTAGES as exc:
-                raise unavailable(exc) from exc
-        return guarded
-    for name, method in list(vars(cls).items()):
-        if inspect.iscoroutinefunction(method) and not name.startswith("_") and name != "close":
-            setattr(cls, name, wrap(method))
-    return cls
+def outage(exc: Exception) -> str | None:
+    if isinstance(exc, OUTAGES):
+        return f"The state store (Redis) is unavailable ({exc.__class__.__name__}). Please try again later."
+    return None
 
 
-def unavailable(exc: Exception) -> ServiceUnavailableError:
-    return ServiceUnavailableError(f"The state store (Redis) is unavailable ({exc.__class__.__name__}). "
-                                   "Please try again later.")
-
-
-@outages_answered
+@outages_answered(outage)
 class RedisFaults:
     """The fault schedule and rates every process sharing this Redis uses (llmsim.faults)."""
 
@@ -257,7 +240,7 @@ class RedisFaults:
         return (orjson.loads(schedule) if schedule else []), (orjson.loads(rates) if rates else {})
 
 
-@outages_answered
+@outages_answered(outage)
 class RedisStore:
     needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
 
