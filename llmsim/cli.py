@@ -95,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
                        help="with keys configured, the read-only routes (stats, metrics) need one too")
     serve.add_argument("--store-max-bytes", type=int, help="an LMDB or SQLite store's largest file size "
                        "in bytes; when it is full, requests that write get 503 (default: no limit)")
+    serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
+                       help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
+                       "seconds, then end them (default: wait for them all)")
     return p
 
 
@@ -173,7 +176,8 @@ def _serve(settings: Settings) -> int:
         # no X-Forwarded-* rewriting: nothing here reads a request's client address or scheme,
         # and uvicorn's middleware for it was one more layer on every request
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
-                       access_log=False, lifespan="on", proxy_headers=False)
+                       access_log=False, lifespan="on", proxy_headers=False,
+                       timeout_graceful_shutdown=settings.graceful_timeout_s)
         if tuned:       # llmsim.server's protocol and accept loop; `plain`: uvicorn's defaults
             options.update(http=http_protocol(), loop="llmsim.server.accepting:new_event_loop")
         if settings.workers == 1:

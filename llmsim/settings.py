@@ -73,6 +73,7 @@ class Settings:
     admin_key: str | None = None        # needed by llmsim's own routes that change behaviour (llmsim.api.guard)
     protect_stats: bool = False         # their read-only routes need a key too
     store_max_bytes: int | None = None  # LMDB / SQLite store: the file's largest size (full: 503s)
+    graceful_timeout_s: float | None = None     # SIGTERM: streams in flight may finish for this long
 
     @property
     def usage(self) -> str:
