@@ -78,7 +78,7 @@ class Soak:
         while time.monotonic() < stop:
             try:
                 await self.rng.choice(kinds)()
-            except (httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, httpx.HTTPError, OSError) as exc:
                 self.counts["errors"] += 1
                 print(f"client error: {exc!r}", file=sys.stderr)
 
