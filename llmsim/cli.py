@@ -237,11 +237,15 @@ def check_in_child(settings: Settings) -> None:
 
 def _build_app(settings: Settings) -> str | None:
     """The configuration error building the app raises, if any."""
+    import asyncio
+
+    from llmsim.api.front import sweep
     from llmsim.app import create_app
     try:
-        create_app(settings)
+        app = create_app(settings)
     except ConfigError as exc:
         return str(exc)
+    asyncio.run(sweep(app.fail_orphans))   # no worker runs yet: what the store holds as running was left
     return None
 
 

@@ -39,6 +39,14 @@ ADMIN_PREFIX = "/llmsim/"
 log = logging.getLogger("llmsim")
 
 
+async def sweep(orphans) -> None:
+    """Mark failed the background responses a stopped server left running (never fatal)."""
+    try:
+        await orphans()
+    except Exception:
+        log.exception("could not mark the background responses of a stopped server failed")
+
+
 def is_admin(path: str) -> bool:
     """`/health`, `/metrics` and `/llmsim/...`: llmsim's own routes, whatever the base paths."""
     return path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX)
@@ -58,6 +66,10 @@ class Front:
         self.render_error = render_error
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
+        # one process: no other runs background responses, so any a persistent store holds as
+        # running were left by a server that stopped (--workers: `llmsim serve` sweeps first)
+        self.fail_orphans = sim.state.fail_orphans
+        self.sweeps = sim.settings.workers == 1
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -81,6 +93,8 @@ class Front:
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
             redact_credentials()        # logging is configured by now
+            if self.sweeps:
+                await sweep(self.fail_orphans)
             self.observer.serving()
             self.webhooks.serving()
             try:

@@ -271,6 +271,25 @@ class ResponseState:
         raise ServerError("The response changed too often to be cancelled; please retry.")
 
 
+    async def fail_orphans(self) -> int:
+        """Mark `failed` (with an error saying why) every background response a stopped server
+        left queued or running in a persistent store; called before any process of this server
+        runs one. How many there were."""
+        listing = getattr(self.store, "active_responses", None)
+        failed_count = 0
+        for response_id in (await listing()) if listing is not None else ():
+            record = await self.store.get_response(response_id)
+            if record is None or not record.active:
+                continue
+            failed = self.render("orphaned_response", response=record.response)
+            [(_, frame)] = self.shapes.frames(response=failed, first_seq=record.events)
+            if await self.store.append_events(response_id, [frame], failed, expect_events=record.events):
+                failed_count += 1
+        if failed_count:
+            log.warning("%d background responses left running by a stopped server marked failed", failed_count)
+        return failed_count
+
+
 class Recording:
     """The events of a stream as written (keep-alive comments left out), counted as they go;
     without `keep_chunks`, only counted."""

@@ -156,3 +156,28 @@ def test_a_restart_keeps_stored_responses_conversations_and_input_items(tmp_path
         assert [item.id for item in client.conversations.items.list(conversation.id)] == items_before
     finally:
         second.stop()
+
+
+@pytest.mark.parametrize("store", ["lmdb:store.lmdb", "store.sqlite3"])
+def test_a_background_response_running_when_the_server_died_is_failed_not_left_running(tmp_path, store):
+    kind, _, name = store.rpartition(":")
+    path = f"{kind}:{tmp_path / name}" if kind else str(tmp_path / name)
+    first = LiveServer("--ttft-ms", "0", "--tbt-ms", "50", "--target-tokens", "200", "--store", path)
+    try:
+        client = first.client()
+        running = client.responses.create(model=MODEL, input="Take your time.", background=True)
+        assert wait_for(lambda: client.responses.retrieve(running.id).status == "in_progress", 10)
+    finally:
+        first.proc.kill()
+        first.proc.wait()
+    second = LiveServer("--profile", "instant", "--store", path)
+    try:
+        client = second.client()
+        after = client.responses.retrieve(running.id)
+        assert after.status == "failed"
+        assert after.error.code == "server_error" and "stopped" in after.error.message
+        with client.responses.retrieve(running.id, stream=True) as stream:    # its stream ends too
+            assert [event.type for event in stream][-1] == "response.failed"
+        print(f"\nrestart ({kind or 'sqlite'}): the running background response reads as failed at once")
+    finally:
+        second.stop()

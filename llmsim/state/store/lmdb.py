@@ -301,6 +301,14 @@ class LmdbStore:
             return None
         return StoredResponse.from_json(response_id, row.response, row.meta, row.events, row.status)
 
+    async def active_responses(self) -> list[str]:
+        """The ids of the live responses still queued or in progress."""
+        def ids(txn) -> list[str]:
+            now = time.time()
+            return [key.decode() for key, value in txn.cursor(db=self.db["responses"])
+                    if (row := Row.parse(value)).status in ACTIVE and row.expires > now]
+        return self._read(ids)
+
     async def delete_response(self, response_id: str) -> bool:
         return await self._delete("responses", response_id)
 

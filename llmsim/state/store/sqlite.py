@@ -462,6 +462,13 @@ class SqliteStore:
             return row and StoredResponse.from_json(response_id, *row)
         return await self._run(get) or None
 
+    async def active_responses(self) -> list[str]:
+        """The ids of the live responses still queued or in progress."""
+        def ids(tx: Tx):
+            return [row[0] for row in tx.db.execute(
+                "SELECT id FROM responses WHERE status IN (?, ?) AND expires > ?", (*ACTIVE, tx.now))]
+        return await self._run(ids)
+
     async def delete_response(self, response_id: str) -> bool:
         def delete(tx: Tx):
             return tx.db.execute("DELETE FROM responses WHERE id = ? AND expires > ?",
