@@ -101,14 +101,6 @@ def test_a_body_over_the_limit_is_a_413(server):
     assert_envelope(post_raw(server, body), 413)
 
 
-def test_a_huge_string_within_the_limit_is_answered_not_a_500(server):
-    body = json.dumps({"model": MODEL, "input": "x" * 900_000, "max_output_tokens": 16}).encode()
-    answer = post_raw(server, body)
-    assert answer.status_code in (200, 400), answer.text[:300]
-    if answer.status_code == 400:
-        assert_envelope(answer, 400)
-
-
 @pytest.mark.parametrize("body", [b'{"model": "gpt-4o", "input": "\xff\xfe bad"}',
                                   b'\xc3\x28{"model": "gpt-4o"}',
                                   b'{"model": "gpt-4o", "input": "\xed\xa0\x80"}'])
