@@ -112,13 +112,14 @@ def test_the_server_recovers_without_a_restart_when_redis_returns(server, redis)
     with pytest.raises(openai.APIStatusError):
         client.conversations.create()
     redis.start()
-    started = time.monotonic()
+    started, refused = time.monotonic(), 0
     while True:             # the first request after the restart may meet a stale connection
         try:
             created = client.responses.create(model=MODEL, input="Back?")
             break
         except openai.APIStatusError:
+            refused += 1
             assert time.monotonic() - started < LIMIT_S
     assert client.responses.retrieve(created.id).id == created.id
     assert client.conversations.create().id.startswith("conv_")
-    print(f"\nRedis back: served again {time.monotonic() - started:.2f} s after its restart")
+    print(f"\nRedis back: {refused} requests refused after its restart, then served (no server restart)")
