@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 class Terminated(BaseException):
     """SIGTERM: raised where the process is, so that it unwinds (and removes its scratch
-    directories) before it dies of the signal."""
+    directories) before it exits."""
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -143,15 +143,14 @@ def serve(settings: Settings) -> int:
     """Run the server: one process (its store in memory unless `--store` names one), or
     `--workers N` processes sharing the port, the embedded store (a temp LMDB directory
     unless `--store` names one) and stats snapshots.
-    SIGTERM (uvicorn re-raises it once it has shut down gracefully) ends the process as
-    the signal does, after its scratch directories are removed."""
+    SIGTERM (uvicorn re-raises it once it has shut down gracefully: requests in flight
+    finished, or ended after `--graceful-timeout`) is a clean stop: exit status 0, once the
+    scratch directories are removed."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _serve(settings)
     except Terminated:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-        raise                                   # not reached: the signal ends the process
+        return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
 

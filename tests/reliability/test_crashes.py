@@ -119,7 +119,7 @@ def test_sigterm_lets_streams_in_flight_finish_and_stops_accepting(kind):
             assert not errors
             assert events[-1] == "response.completed" and events.count("response.output_text.delta") == TOKENS
         server.proc.wait(20)
-        assert server.proc.returncode in (0, -signal.SIGTERM)
+        assert server.proc.returncode == 0
     finally:
         server.stop()
 
