@@ -113,6 +113,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefix-block-tokens", type=int, help="tokens per cached block (default 16)")
     serve.add_argument("--prefix-cache-blocks", type=int,
                        help="cached blocks kept per model, least recently used out (default 65536)")
+    # admin access (llmsim.api.guard)
+    serve.add_argument("--admin-key", help="the Bearer key llmsim's own routes that change behaviour "
+                       "(POST/DELETE /llmsim/...) need; without one, any --api-key")
+    serve.add_argument("--protect-stats", action=argparse.BooleanOptionalAction, default=None,
+                       help="with keys configured, the read-only routes (stats, metrics) need one too")
+    serve.add_argument("--store-max-bytes", type=int, help="an LMDB or SQLite store's largest file size "
+                       "in bytes; when it is full, requests that write get 503 (default: no limit)")
+    serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
+                       help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
+                       "seconds, then end them (default: wait for them all)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
@@ -155,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 class Terminated(BaseException):
     """SIGTERM: raised where the process is, so that it unwinds (and removes its scratch
-    directories) before it dies of the signal."""
+    directories) before it exits."""
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -166,15 +176,14 @@ def serve(settings: Settings) -> int:
     """Run the server: one process (its store in memory unless `--store` names one), or
     `--workers N` processes sharing the port, the embedded store (a temp LMDB directory
     unless `--store` names one) and stats snapshots.
-    SIGTERM (uvicorn re-raises it once it has shut down gracefully) ends the process as
-    the signal does, after its scratch directories are removed."""
+    SIGTERM (uvicorn re-raises it once it has shut down gracefully: requests in flight
+    finished, or ended after `--graceful-timeout`) is a clean stop: exit status 0, once the
+    scratch directories are removed."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _serve(settings)
     except Terminated:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-        raise                                   # not reached: the signal ends the process
+        return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -210,7 +219,8 @@ def _serve(settings: Settings) -> int:
         # no X-Forwarded-* rewriting: nothing here reads a request's client address or scheme,
         # and uvicorn's middleware for it was one more layer on every request
         options = dict(host=settings.host, port=settings.port, log_level=settings.log_level,
-                       access_log=False, lifespan="on", proxy_headers=False)
+                       access_log=False, lifespan="on", proxy_headers=False,
+                       timeout_graceful_shutdown=settings.graceful_timeout_s)
         if tuned:       # llmsim.server's protocol and accept loop; `plain`: uvicorn's defaults
             options.update(http=http_protocol(), loop="llmsim.server.accepting:new_event_loop")
         if settings.workers == 1:
@@ -270,11 +280,15 @@ def check_in_child(settings: Settings) -> None:
 
 def _build_app(settings: Settings) -> str | None:
     """The configuration error building the app raises, if any."""
+    import asyncio
+
+    from llmsim.api.front import sweep
     from llmsim.app import create_app
     try:
-        create_app(settings)
+        app = create_app(settings)
     except ConfigError as exc:
         return str(exc)
+    asyncio.run(sweep(app.fail_orphans))   # no worker runs yet: what the store holds as running was left
     return None
 
 

@@ -13,7 +13,8 @@
         ├── MethodNotAllowedError      405
         ├── PayloadTooLargeError       413
         ├── UnsupportedMediaTypeError  415
-        └── ServerError                500 server_error
+        ├── ServerError                500 server_error
+        └── ServiceUnavailableError    503 service_unavailable (e.g. the state store is unreachable or full)
 
     ConnectionDrop (a BaseException)   the connection is closed without a complete answer
 """
@@ -112,3 +113,13 @@ class ServerError(APIError):
     status = 500
     type = "server_error"
     code = "server_error"
+
+
+class ServiceUnavailableError(APIError):
+    """Something the request needs is out of reach for now (the state store); retry later."""
+    status = 503
+    type = "server_error"
+    code = "service_unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 1, **kwargs):
+        super().__init__(message, headers={"retry-after": str(retry_after)}, **kwargs)

@@ -85,6 +85,11 @@ class Settings:
     prefix_block_tokens: int = 16       # tokens per cached block
     prefix_cache_blocks: int = 65536    # blocks kept per model (least recently used out)
 
+    admin_key: str | None = None        # needed by llmsim's own routes that change behaviour (llmsim.api.guard)
+    protect_stats: bool = False         # their read-only routes need a key too
+    store_max_bytes: int | None = None  # LMDB / SQLite store: the file's largest size (full: 503s)
+    graceful_timeout_s: float | None = None     # SIGTERM: streams in flight may finish for this long
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
@@ -149,7 +154,7 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
                                                                   "templates", "spec", "profile", "store",
                                                                   "trace", "stats_dir", "log_format", "data",
                                                                   "webhook_secret", "scenarios",
-                                                                  "default_scenario"):
+                                                                  "default_scenario", "admin_key"):
             values[name] = raw
         if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]

@@ -22,7 +22,10 @@ collect_ignore = ["plugin_example"]     # the README's example of the plugin: ru
 # plugin in a subprocess, hosts in network namespaces); `unit` is everything else: in-process.
 LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"}
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
-                "test_deploy", "test_scaleout"}
+                "test_deploy", "test_scaleout",
+                # tests/reliability: servers of their own (stopped, killed, filled up)
+                "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
+                "test_abusive_clients"}
 SLOW_MODULES = {"test_schemathesis", "test_schemathesis_anthropic", "test_deploy", "test_pytest_plugin", "test_scaleout"}
 SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
 

@@ -11,6 +11,9 @@
 # The admin document runs last: its POST /llmsim/faults schedules faults that would fail the
 # API operations' checks if they ran afterwards on the same server. tests/schemathesis_hooks.py
 # makes generated valid bodies obey the few rules between fields a schema cannot state.
+# Every phase runs, the stateful one too: it follows the document's `links` (create a response
+# -> retrieve / input_items / cancel / delete it; create a conversation -> its items ...) and
+# prints how many scenarios (sequences of calls) it ran.
 # One schemathesis worker: CPython 3.11 can fail compiling in concurrent threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +41,7 @@ run() {  # run DOCUMENT BASE_PATH [schemathesis options, e.g. -H 'header: value'
     cat "$out"; grep -B2 -A40 Traceback "$WORK/server.log" | tail -60
     echo "schemathesis found failures in $doc at $base"; exit 1
   fi
-  grep -E "generated|passed|Selected|Tested" "$out" | sed 's/^/   /'
+  grep -E "generated|passed|Selected|Tested|Scenarios|API Links" "$out" | sed 's/^/   /'
   total=$((total + $(grep -oE '[0-9]+ generated' "$out" | grep -oE '[0-9]+' | head -1)))
 }
 run openapi/openapi.yaml /v1

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
-from llmsim.api.guard import JSON, Guard, refuse_websocket
+from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
+from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
 
@@ -36,6 +37,14 @@ if TYPE_CHECKING:   # a type only: `--server plain` never imports the fast lane
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
 ADMIN_PREFIX = "/llmsim/"
 log = logging.getLogger("llmsim")
+
+
+async def sweep(orphans) -> None:
+    """Mark failed the background responses a stopped server left running (never fatal)."""
+    try:
+        await orphans()
+    except Exception:
+        log.exception("could not mark the background responses of a stopped server failed")
 
 
 def is_admin(path: str) -> bool:
@@ -49,7 +58,8 @@ class Front:
                  tuned: bool = True, claim=None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin,
+                           access=Access())
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
@@ -57,6 +67,10 @@ class Front:
         self.claim = claim                      # another API's header moves a request (llmsim.api.apis)
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
+        # one process: no other runs background responses, so any a persistent store holds as
+        # running were left by a server that stopped (--workers: `llmsim serve` sweeps first)
+        self.fail_orphans = sim.state.fail_orphans
+        self.sweeps = sim.settings.workers == 1
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -79,6 +93,9 @@ class Front:
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
+            redact_credentials()        # logging is configured by now
+            if self.sweeps:
+                await sweep(self.fail_orphans)
             self.observer.serving()
             self.webhooks.serving()
             try:

@@ -1,9 +1,13 @@
 """`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
 
 * API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
-  base paths need `Authorization: Bearer <key>` (or `x-api-key: <key>`, Anthropic's header);
-  otherwise 401 `invalid_api_key`. `/health`
-  and `/llmsim/...` stay open (with the bare base path `""` too: every other path is the API's).
+  base paths need `Authorization: Bearer <key>` (or `x-api-key: <key>`, Anthropic's header); otherwise 401 `invalid_api_key` (with the
+  bare base path `""` too: every path but llmsim's own is the API's).
+* llmsim's own routes (`/health`, `/metrics`, `/llmsim/...`, whichever document declares them):
+  with API keys or an `admin_key` configured, those that change behaviour (every method but
+  the read-only ones openapi/admin.yaml lists under `x-llmsim-access`) need the admin key
+  (without one, any API key); the read-only ones stay open unless `protect_stats` is set, then
+  they need an API key or the admin key. Every key is compared in constant time.
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
   chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
 * A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send);
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 
+from llmsim import datafiles
 from llmsim.api.validation import replay
 from llmsim.errors import APIError, AuthenticationError, PayloadTooLargeError
 
@@ -21,9 +26,23 @@ JSON = b"application/json"
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
+class Access:
+    """Who may call llmsim's own routes: openapi/admin.yaml's `x-llmsim-access`."""
+
+    def __init__(self, path=None):
+        access = datafiles.read_yaml(path or datafiles.OPENAPI_DIR / "admin.yaml")["x-llmsim-access"]
+        self.read_methods = frozenset(method.upper() for method in access["read_methods"])
+        self.open_paths = frozenset(access.get("open_paths") or ())
+
+
 class Guard:
-    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False):
+    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False,
+                 access: Access | None = None):
         self.keys = [key.encode() for key in (settings.api_keys or ())]
+        self.admin_key = settings.admin_key.encode() if settings.admin_key else None
+        self.access = access or Access()
+        self.protect_stats = settings.protect_stats
+        self.locked = bool(self.keys or self.admin_key)     # llmsim's own routes need a key
         self.limit = settings.max_body_bytes
         self.bases = tuple(base for base in base_paths if base)
         self.bare = "" in base_paths    # the API also without a prefix: every path but `admin`'s
@@ -31,7 +50,10 @@ class Guard:
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
-        if self.keys and self._protected(scope["path"]) and not self._authorized(headers):
+        path = scope["path"]
+        if self.locked and self.admin(path):
+            self._check_admin(path, scope.get("method", "GET"), headers)
+        elif self.keys and self._protected(path) and not self._authorized(headers, self.keys):
             raise _auth_error(headers)
         if scope["type"] == "http":
             length = headers.get(b"content-length")
@@ -69,12 +91,28 @@ class Guard:
             return True
         return any(path == base or path.startswith(base + "/") for base in self.bases)
 
-    def _authorized(self, headers: dict) -> bool:
+    def _check_admin(self, path: str, method: str, headers: dict) -> None:
+        """A request for one of llmsim's own routes (a WebSocket upgrade reads as a GET)."""
+        if method in self.access.read_methods:
+            if (self.protect_stats and path not in self.access.open_paths
+                    and not self._authorized(headers, [*self.keys, self.admin_key])):
+                raise _auth_error(headers)
+        elif not self._authorized(headers, [self.admin_key] if self.admin_key else self.keys):
+            raise _admin_error(headers, self.admin_key is not None)
+
+    @staticmethod
+    def _authorized(headers: dict, keys) -> bool:
+        """Whether the request's Bearer token is one of `keys` (None entries never match),
+        compared in constant time with every key."""
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
         token = token.strip()
         if scheme.lower() != b"bearer":
             token = headers.get(b"x-api-key", b"").strip()     # Anthropic's header, checked alike
-        return bool(token) and any(hmac.compare_digest(token, key) for key in self.keys)
+        found = False
+        for key in keys:
+            if key is not None:
+                found |= hmac.compare_digest(token, key)
+        return found and bool(token)
 
     def _too_large(self, length: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
@@ -117,6 +155,16 @@ def _auth_error(headers: dict) -> AuthenticationError:
     shown = f"{token[:3]}{'*' * 4}{token[-4:]}" if len(token) > 8 else "*" * len(token)
     return AuthenticationError(f"Incorrect API key provided: {shown}. You can find your API key "
                                "at https://platform.openai.com/account/api-keys.")
+
+
+def _admin_error(headers: dict, admin_key: bool) -> AuthenticationError:
+    needed = "the admin key (--admin-key)" if admin_key else "one of the API keys (--api-key)"
+    if not headers.get(b"authorization"):
+        return AuthenticationError(
+            f"This route changes how the server behaves and needs {needed}: provide it in an "
+            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+    return AuthenticationError(f"Incorrect key provided: this route changes how the server behaves "
+                               f"and needs {needed}.")
 
 
 def _typed(scope, content_type: bytes | None):

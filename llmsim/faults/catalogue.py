@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError
+from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestError, ServiceUnavailableError
 from llmsim.faults.injection import CONTENT, NO_FAULT, Injection
 from llmsim.faults.kinds import Fault, Kind
 from llmsim.observe.stats import fault_injected
@@ -182,7 +182,10 @@ class FaultInjector:
         """`pick` for a request with no fault header, the schedule and rates read from the store."""
         self.requests += 1
         draw = self.rng.random()
-        fired, rates_raw = await (await self._store()).pick()
+        try:
+            fired, rates_raw = await (await self._store()).pick()
+        except ServiceUnavailableError:     # the store is out of reach: the rates last read
+            return self._rate(draw)
         if fired is not None:
             entry = self._entry_of(fired)
             return self.make(entry.kind, entry.params, "schedule")

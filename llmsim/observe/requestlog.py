@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
+import re
 import sys
 from datetime import UTC, datetime
 
@@ -93,3 +95,34 @@ class AccessLog:
                     f'tokens={tokens.get("completion", "-")} fault={line["fault"] or "-"}')
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+# Credentials never reach a log: the value of an Authorization (or x-api-key / api-key) header
+# and any Bearer token in a log line read as [redacted] (e.g. the WebSocket library's debug
+# log of an upgrade's request headers).
+SECRET = re.compile(r"(?i)((?:authorization|x-api-key|api-key)\s*[:=]\s*)[^\r\n'\",}]+|(bearer\s+)[^\s'\",}]+")
+LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "websockets", "llmsim")
+
+
+class Redact(logging.Filter):
+    """Rewrites a record whose text holds a credential (see SECRET)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:       # a record that cannot format passes as it is
+            return True
+        redacted = SECRET.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", text)
+        if redacted != text:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+def redact_credentials() -> None:
+    """Add the Redact filter to the loggers a server logs through and to their handlers
+    (once each; called once logging is configured)."""
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        for target in (logger, *logger.handlers):
+            if not any(isinstance(f, Redact) for f in target.filters):
+                target.addFilter(Redact())

@@ -14,12 +14,13 @@ it answered.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Awaitable, Sequence
 
 import orjson
 
 from llmsim.ids import Ids
-from llmsim.errors import InvalidRequestError, NotFoundError, ServerError
+from llmsim.errors import InvalidRequestError, NotFoundError, ServerError, ServiceUnavailableError
 from llmsim.pacing import transport
 from llmsim.render.jsonbytes import dumps
 from llmsim.sim import inputs
@@ -27,6 +28,8 @@ from llmsim.state.background import Jobs
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 from llmsim.state.webhooks import Webhooks
+
+log = logging.getLogger("llmsim")
 
 # Item types whose ids have a format of their own (llmsim/data/ids.yaml); others get `item`'s.
 ITEM_KINDS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
@@ -235,8 +238,11 @@ class ResponseState:
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
         snapshot = latest_snapshot(frames.blob, self.snapshots)
         if snapshot is not None:
-            await self.save(body, prior, own, snapshot, frames)
-            await self.conclude(body, prior, own, snapshot)
+            try:
+                await self.save(body, prior, own, snapshot, frames)
+                await self.conclude(body, prior, own, snapshot)
+            except ServiceUnavailableError as exc:      # the stream was sent whole; it is not kept
+                log.warning("response %s streamed but not stored: %s", snapshot.get("id"), exc.message)
 
     # ---- stored responses -----------------------------------------------------------------
     async def get(self, response_id: str) -> StoredResponse:
@@ -263,6 +269,25 @@ class ResponseState:
                 await self.webhooks.ended(cancelled)
                 return cancelled
         raise ServerError("The response changed too often to be cancelled; please retry.")
+
+
+    async def fail_orphans(self) -> int:
+        """Mark `failed` (with an error saying why) every background response a stopped server
+        left queued or running in a persistent store; called before any process of this server
+        runs one. How many there were."""
+        listing = getattr(self.store, "active_responses", None)
+        failed_count = 0
+        for response_id in (await listing()) if listing is not None else ():
+            record = await self.store.get_response(response_id)
+            if record is None or not record.active:
+                continue
+            failed = self.render("orphaned_response", response=record.response)
+            [(_, frame)] = self.shapes.frames(response=failed, first_seq=record.events)
+            if await self.store.append_events(response_id, [frame], failed, expect_events=record.events):
+                failed_count += 1
+        if failed_count:
+            log.warning("%d background responses left running by a stopped server marked failed", failed_count)
+        return failed_count
 
 
 class Recording:

@@ -34,8 +34,8 @@ def open_store(settings) -> Store:
         return RedisStore(target, bounds)
     if target.startswith("lmdb:"):
         from llmsim.state.store.lmdb import LmdbStore
-        return LmdbStore(target.removeprefix("lmdb:").removeprefix("//"), bounds)
+        return LmdbStore(target.removeprefix("lmdb:").removeprefix("//"), bounds, settings.store_max_bytes)
     from llmsim.state.store.sqlite import SqliteStore
     if target.startswith("sqlite:"):
         target = target.removeprefix("sqlite:").removeprefix("//")
-    return SqliteStore(target, bounds)
+    return SqliteStore(target, bounds, settings.store_max_bytes)

@@ -17,6 +17,8 @@ as soon as its creation answers); backends batch the writes of concurrent reques
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,10 +26,35 @@ from typing import Any, Protocol
 import lz4.frame
 import orjson
 
+from llmsim.errors import ServiceUnavailableError
 from llmsim.render.jsonbytes import dumps
 
 ACTIVE = ("queued", "in_progress")
 NEVER = float("inf")
+
+
+def outages_answered(outage: Callable[[Exception], str | None]):
+    """A class decorator: every public coroutine of the class raises the exceptions for which
+    `outage` gives a message (the store unreachable, or full) as ServiceUnavailableError (503
+    service_unavailable), so the client gets the provider's envelope at once, not a 500."""
+    def wrap(method):
+        @functools.wraps(method)
+        async def answered(self, *args, **kwargs):
+            try:
+                return await method(self, *args, **kwargs)
+            except Exception as exc:
+                message = outage(exc)
+                if message is None:
+                    raise
+                raise ServiceUnavailableError(message) from exc
+        return answered
+
+    def decorate(cls):
+        for name, method in list(vars(cls).items()):
+            if inspect.iscoroutinefunction(method) and not name.startswith("_") and name != "close":
+                setattr(cls, name, wrap(method))
+        return cls
+    return decorate
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
+from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
+                                     outages_answered, pack)
 
 MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
@@ -92,16 +93,24 @@ class Row(NamedTuple):
                    value[end + frames_len:], first, value[end:end + frames_len])
 
 
+def outage(exc: Exception) -> str | None:
+    if isinstance(exc, (lmdb.MapFullError, lmdb.DiskError)):
+        return "The state store is full (LMDB: its map or its disk). Please try again later."
+    return None
+
+
+@outages_answered(outage)
 class LmdbStore:
     needs_task = False  # waits only on futures (a thread's, the loop's)
 
-    def __init__(self, path: str, bounds: Bounds):
+    def __init__(self, path: str, bounds: Bounds, max_bytes: int | None = None):
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"store: cannot create the LMDB directory {path!r}: {exc}") from None
         self.path = path
         self.bounds = bounds
+        self.max_bytes = max_bytes      # the map never grows past it: a write that does not fit fails
         self._env: lmdb.Environment | None = None
         self._writes = 0
         self._waiting: list[tuple[Callable, asyncio.Future]] = []   # writes of this loop step
@@ -110,7 +119,7 @@ class LmdbStore:
     # ---- plumbing --------------------------------------------------------------------
     def _open(self) -> lmdb.Environment:
         if self._env is None:
-            self._env, self.db = _open_env(self.path)
+            self._env, self.db = _open_env(self.path, self.max_bytes)
         return self._env
 
     def _transact(self, body: Callable, write: bool = False) -> Any:
@@ -123,7 +132,10 @@ class LmdbStore:
                     result = body(txn)
                 break
             except lmdb.MapFullError:
-                env.set_mapsize(env.info()["map_size"] * 2)
+                size = env.info()["map_size"]
+                if self.max_bytes is not None and size >= self.max_bytes:
+                    raise
+                env.set_mapsize(size * 2 if self.max_bytes is None else min(size * 2, self.max_bytes))
             except lmdb.MapResizedError:
                 env.set_mapsize(0)
         return result
@@ -301,6 +313,14 @@ class LmdbStore:
         if row is None:
             return None
         return StoredResponse.from_json(response_id, row.response, row.meta, row.events, row.status)
+
+    async def active_responses(self) -> list[str]:
+        """The ids of the live responses still queued or in progress."""
+        def ids(txn) -> list[str]:
+            now = time.time()
+            return [key.decode() for key, value in txn.cursor(db=self.db["responses"])
+                    if (row := Row.parse(value)).status in ACTIVE and row.expires > now]
+        return self._read(ids)
 
     async def delete_response(self, response_id: str) -> bool:
         return await self._delete("responses", response_id)
@@ -495,11 +515,11 @@ _OPEN: dict[str, list] = {}   # real path -> [environment, tables, stores using 
                               # one environment per file per process
 
 
-def _open_env(path: str) -> tuple[lmdb.Environment, dict]:
+def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment, dict]:
     real = str(Path(path).resolve())
     if real not in _OPEN:
         try:                                  # (the store made the directory)
-            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=16, sync=False, metasync=False,
+            env = lmdb.open(real, map_size=min(MAP_SIZE, max_bytes or MAP_SIZE), max_dbs=16, sync=False, metasync=False,
                             writemap=True, readahead=False, max_readers=512)
         except (OSError, lmdb.Error) as exc:
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None

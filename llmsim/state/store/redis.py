@@ -20,10 +20,14 @@ import logging
 from typing import Sequence
 
 import orjson
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import Bounds, Conversation, StoredResponse
+from llmsim.state.store.base import Bounds, Conversation, StoredResponse, outages_answered
 
 log = logging.getLogger("llmsim")
 PREFIX = "llmsim:"
@@ -198,6 +202,20 @@ return 1
 ATTEMPTS_TTL_S = 3600
 
 
+# Redis out of reach (stopped, restarting, hung) must be a quick 503, not a hang: each command
+# waits at most TIMEOUT_S to connect and TIMEOUT_S for its answer, and is tried once more on a
+# fresh connection (a restarted Redis drops the pooled ones).
+TIMEOUT_S = 0.75
+OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def outage(exc: Exception) -> str | None:
+    if isinstance(exc, OUTAGES):
+        return f"The state store (Redis) is unavailable ({exc.__class__.__name__}). Please try again later."
+    return None
+
+
+@outages_answered(outage)
 class RedisFaults:
     """The fault schedule and rates every process sharing this Redis uses (llmsim.faults)."""
 
@@ -240,6 +258,7 @@ return n
 """
 
 
+@outages_answered(outage)
 class RedisStore:
     needs_task = True   # redis-py's connect and read timeouts are asyncio.timeout (3.11+)
 
@@ -249,7 +268,8 @@ class RedisStore:
         except ImportError:  # pragma: no cover - redis is a declared dependency
             raise ConfigError("store: the 'redis' package is needed for a redis:// store") from None
         try:
-            self.redis = aioredis.from_url(url)
+            self.redis = aioredis.from_url(url, socket_connect_timeout=TIMEOUT_S, socket_timeout=TIMEOUT_S,
+                                           retry=Retry(NoBackoff(), 1), retry_on_timeout=True)
         except ValueError as exc:
             raise ConfigError(f"store: bad Redis URL {url!r}: {exc}") from None
         self.bounds = bounds

@@ -39,7 +39,8 @@ import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
+from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
+                                     outages_answered, pack)
 
 log = logging.getLogger("llmsim")
 MAX_BATCH = 256        # calls in one transaction of the thread
@@ -103,8 +104,9 @@ class Writer:
     """The thread running one store's calls, batch by batch. It holds no reference to the
     store: when the store is collected (or at exit) `stop()` flushes what is queued."""
 
-    def __init__(self, path: str, max_entries: int):
+    def __init__(self, path: str, max_entries: int, max_bytes: int | None = None):
         self.path, self.max_entries = path, max_entries
+        self.limit = limit_pragma(max_bytes)
         self.queue: collections.deque = collections.deque()
         self.wake = threading.Event()
         self.armed = False            # wake is set (or about to be) for what is queued
@@ -178,6 +180,8 @@ class Writer:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(SCHEMA)
+            if self.limit:
+                db.execute(self.limit)
             if "frames" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:
                 db.execute("ALTER TABLE responses ADD COLUMN frames BLOB NOT NULL DEFAULT x''")  # older file
             self.db = db
@@ -255,12 +259,25 @@ def _settle(pairs: list) -> None:
             future.set_exception(value)
 
 
+def limit_pragma(max_bytes: int | None) -> str | None:
+    """The pragma that keeps a connection's writes within `max_bytes` (4 KiB pages)."""
+    return None if max_bytes is None else f"PRAGMA max_page_count={max(16, max_bytes // 4096)}"
+
+
+def outage(exc: Exception) -> str | None:
+    if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+        return f"The state store is full (SQLite: {exc}). Please try again later."
+    return None
+
+
+@outages_answered(outage)
 class SqliteStore:
     needs_task = False  # waits only on futures (a thread's, the loop's)
 
-    def __init__(self, path: str, bounds: Bounds):
+    def __init__(self, path: str, bounds: Bounds, max_bytes: int | None = None):
         self.path = path
         self.bounds = bounds
+        self.limit = limit_pragma(max_bytes)
         if path != ":memory:":
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -272,7 +289,7 @@ class SqliteStore:
         self._retry_armed = False
         self._on_thread = 0      # calls sent to the thread and not done: later calls follow them
         self._commits = 0
-        self._writer = Writer(path, bounds.max_entries)
+        self._writer = Writer(path, bounds.max_entries, max_bytes)
         weakref.finalize(self, self._writer.stop)    # end the thread at exit or when dropped
 
     # ---- plumbing --------------------------------------------------------------------
@@ -293,6 +310,8 @@ class SqliteStore:
                 # the GIL under load), a commit that finds the WAL past the limit checkpoints it
                 db.execute(f"PRAGMA wal_autocheckpoint={WAL_SIZE_LIMIT // 4096}")
                 db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")   # the WAL restarts here
+            if self.limit:
+                db.execute(self.limit)
             self._db = db
         return self._db
 
@@ -373,6 +392,9 @@ class SqliteStore:
             try:
                 outcomes.append((future, fn(tx), True))
             except Exception as exc:
+                if not db.in_transaction:       # SQLite undid the whole transaction (e.g. disk full):
+                    _settle([(future, exc, False) for _, _, future in queued])  # every call failed
+                    return
                 db.execute("ROLLBACK TO call")
                 outcomes.append((future, exc, False))
             db.execute("RELEASE call")
@@ -442,6 +464,13 @@ class SqliteStore:
                                 (response_id, tx.now)).fetchone()
             return row and StoredResponse.from_json(response_id, *row)
         return await self._run(get) or None
+
+    async def active_responses(self) -> list[str]:
+        """The ids of the live responses still queued or in progress."""
+        def ids(tx: Tx):
+            return [row[0] for row in tx.db.execute(
+                "SELECT id FROM responses WHERE status IN (?, ?) AND expires > ?", (*ACTIVE, tx.now))]
+        return await self._run(ids)
 
     async def delete_response(self, response_id: str) -> bool:
         def delete(tx: Tx):
