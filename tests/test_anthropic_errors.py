@@ -153,7 +153,7 @@ def test_rate_limit_is_a_429_with_retry_after(server):
 
 
 def test_the_sdk_retries_an_overload_and_then_succeeds(server):
-    schedule = httpx.post(server.url + "/llmsim/faults", timeout=30,
+    schedule = httpx.post(server.url + "/llmsim/faults", timeout=30, headers={"authorization": f"Bearer {KEY}"},
                           json={"schedule": [{"kind": "overloaded", "count": 1, "retry_after": 0}]})
     assert schedule.status_code == 200
     retrying = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=1)
