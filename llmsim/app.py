@@ -27,6 +27,7 @@ from starlette.responses import Response
 from llmsim import __version__, datafiles
 from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
+from llmsim.api.handlers.config import ConfigHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.models import ModelsHandlers
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
               "chat": ChatHandlers(sim, current)}
     groups["stats"] = StatsHandlers(sim)
     groups["faults"] = FaultsHandlers(sim)
+    groups["config"] = ConfigHandlers(sim)
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     error_template = sim.templates["errors"]

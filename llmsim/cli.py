@@ -88,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
     serve.add_argument("--webhook-faults", type=_yaml,
                        help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
+    # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
+    serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
+    serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
     return p
 
 

@@ -70,6 +70,10 @@ class Settings:
     webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
     webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
 
+    rate_limit_rpm: int | None = None   # requests per minute, every (API key, model) (llmsim.state.ratelimits)
+    rate_limit_tpm: int | None = None   # tokens per minute, every (API key, model)
+    rate_limits: dict | None = None     # {default: {rpm, tpm}, models: {NAME: ...}, keys: {KEY: ...}}
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""

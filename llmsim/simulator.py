@@ -19,6 +19,8 @@ from llmsim.sim import latency, tokens
 from llmsim.sim.models import Catalogue
 from llmsim.sim.plan import Context
 from llmsim.sim.reasoning import ReasoningRules
+from llmsim.state.liveconfig import LiveConfig
+from llmsim.state.ratelimits import RateLimiter, limits_of
 from llmsim.state.responses import ResponseState
 from llmsim.state.store import open_store
 
@@ -69,6 +71,36 @@ class Simulator:
         if getattr(self.store, "shared_faults", None) is not None:
             self.faults.share(self.store.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
+        self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
+        self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config
+
+    # ---- runtime control (llmsim.state.liveconfig) ----
+    def vet(self, settings: Settings) -> None:
+        """What the schema cannot check of changed settings; raises ConfigError."""
+        if settings.profile is not None and settings.profile not in self.profiles:
+            raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
+                              f"(allowed: {', '.join(sorted(self.profiles))})")
+        self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
+        if limits_of(settings) is not None:
+            self.templates["ratelimits"]        # ConfigError when --templates has none
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Serve the requests that start from now on with `settings`."""
+        old, self.settings = self.settings, settings
+        self._fixed_profiles.clear()
+        self.limiter.configure(settings)
+        if settings.errors != old.errors and self.faults.shared is None:
+            self.faults.rates = self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
+
+    async def patch(self, changes: dict) -> None:
+        """PATCH /llmsim/config: check, share and apply; fault rates go to a shared store's schedule."""
+        await self.live.patch(changes)
+        if "errors" in changes and self.faults.shared is not None:
+            await self.faults.update(None, False, changes["errors"] or {})
+
+    def refresh(self) -> None:
+        """As a request starts: changes other processes made (llmsim.state.liveconfig)."""
+        self.live.refresh()
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings

@@ -123,6 +123,8 @@ class Observer:
             added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
                       (b"x-llmsim-duration-ms", _ms(plan.end_at)),
                       (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
+        if ex.headers is not None:
+            added += ex.headers
         return added
 
     def end(self, ex: Exchange) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.api import ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import chatplan
 
@@ -20,10 +21,16 @@ class ChatHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(self.received_at())
+        sim.refresh()                   # settings changed at runtime by another process
         fault = sim.faults.begin("chat", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
-        plan = chatplan.plan_chat(body, sim.context(body["model"]))
+        ctx = sim.context(body["model"])
+        plan = chatplan.plan_chat(body, ctx)
+        if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
+            cap = body.get("max_completion_tokens")
+            await ratelimiting.take(sim, self.request_headers(), ctx.model, plan.usage.input_tokens,
+                                    body.get("max_tokens") if cap is None else cap, body.get("n") or 1)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         sim.stats.record(plan, "chat", bool(body.get("stream")))

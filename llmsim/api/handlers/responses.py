@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.api import ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import plan as planning
 from llmsim.state.responses import Replay, wants_store
@@ -21,6 +22,7 @@ class ResponsesHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(self.received_at())
+        sim.refresh()                   # settings changed at runtime by another process
         fault = sim.faults.begin("responses", body, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
@@ -28,6 +30,9 @@ class ResponsesHandlers:
         prior = sim.state.known_prior(body) or await sim.state.prior(body)
         ctx = sim.context(body["model"])
         plan = planning.plan_response(body, ctx, prior.turns)
+        if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
+            await ratelimiting.take(sim, self.request_headers(), ctx.model, plan.usage.input_tokens,
+                                    body.get("max_output_tokens"))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         store = wants_store(body)

@@ -1,0 +1,284 @@
+"""Rate limits as OpenAI counts them: token buckets per (API key, model), refilled continuously.
+
+Each pair has up to two buckets, requests (capacity `rpm`) and tokens (capacity `tpm`), each
+refilled at its capacity per minute. A request costs 1 request and its input tokens plus its
+`max_output_tokens` (or the model's largest output), as OpenAI estimates before it answers.
+A request is served only when every bucket holds its cost; else it takes nothing and gets 429
+`rate_limit_exceeded` naming the bucket that is short (the one it would wait longest for).
+
+Limits (settings `rate_limit_rpm` / `rate_limit_tpm`, and `rate_limits: {default, models,
+keys}`): `default` for every pair (the two flags win over it), then `models[NAME]`, then
+`keys[KEY]`, each overriding the values it names. No limit for a pair: nothing is counted.
+
+Where the buckets live, so that one limit holds for the whole server:
+* one process: this process's memory (`Local`);
+* `--workers N`: a file in the workers' shared stats directory, read and written under an
+  exclusive lock (`SharedFile`);
+* a Redis store: Redis, taken atomically by a Lua script on Redis's clock (`Redis`), so every
+  host sharing it shares the buckets.
+What answers carry (`x-ratelimit-*`, `retry-after`) and the 429's wording are
+templates/ratelimits.yaml's; `Taken` is what they read.
+"""
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+
+from llmsim.errors import APIError
+
+WINDOW_S = 60.0                 # both limits are per minute
+FILE_NAME = "ratelimits.json"   # SharedFile's, in the stats directory
+MAX_CACHED = 4096               # (key, model) pairs whose limits are remembered
+
+
+@dataclass(frozen=True)
+class Limit:
+    rpm: int | None
+    tpm: int | None
+
+
+def limits_of(settings) -> "Limits | None":
+    """The limits the settings set, or None when none is set (nothing is counted)."""
+    table = settings.rate_limits or {}
+    default = dict(table.get("default") or {})
+    if settings.rate_limit_rpm is not None:
+        default["rpm"] = settings.rate_limit_rpm
+    if settings.rate_limit_tpm is not None:
+        default["tpm"] = settings.rate_limit_tpm
+    models, keys = table.get("models") or {}, table.get("keys") or {}
+    if not any(v is not None for part in (default, *models.values(), *keys.values()) for v in part.values()):
+        return None
+    return Limits(default, models, keys)
+
+
+class Limits:
+    def __init__(self, default: Mapping, models: Mapping, keys: Mapping):
+        self.default, self.models, self.keys = default, models, keys
+        self._cache: dict[tuple[str, str], Limit | None] = {}
+
+    def __call__(self, key: str, model: str) -> Limit | None:
+        found = self._cache.get((key, model), False)
+        if found is False:
+            values = {**self.default, **(self.models.get(model) or {}), **(self.keys.get(key) or {})}
+            rpm, tpm = values.get("rpm"), values.get("tpm")
+            found = Limit(rpm, tpm) if rpm is not None or tpm is not None else None
+            if len(self._cache) < MAX_CACHED:
+                self._cache[(key, model)] = found
+        return found
+
+
+def duration(seconds: float) -> str:
+    """A duration as OpenAI writes it (Go's style): `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`."""
+    ms = math.ceil(round(seconds * 1000, 6)) if seconds > 0 else 0
+    if ms < 1000:
+        return f"{ms}ms" if ms else "0s"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest // 1000}.{rest % 1000:03d}".rstrip("0").rstrip(".")
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
+
+
+@dataclass
+class Taken:
+    """One request's take, as the answer's headers and a refusal's message tell it."""
+    limit: Limit
+    cost: int                       # tokens the request was estimated at
+    requests: float                 # what the buckets hold after the take
+    tokens: float
+    refused: str | None = None      # None (served), "requests" or "tokens"
+    wait_s: float = 0.0             # a refused request's wait until its bucket holds its cost
+
+    def _reset(self, level: float, capacity: int | None) -> str:
+        return duration((capacity - level) * WINDOW_S / capacity) if capacity else "0s"
+
+    @property
+    def remaining_requests(self) -> int:
+        return max(0, int(self.requests))
+
+    @property
+    def remaining_tokens(self) -> int:
+        return max(0, int(self.tokens))
+
+    @property
+    def reset_requests(self) -> str:
+        return self._reset(self.requests, self.limit.rpm)
+
+    @property
+    def reset_tokens(self) -> str:
+        return self._reset(self.tokens, self.limit.tpm)
+
+    @property
+    def too_large(self) -> bool:
+        """Tokens more than the whole bucket holds: no wait helps."""
+        return self.refused == "tokens" and self.limit.tpm is not None and self.cost > self.limit.tpm
+
+    @property
+    def retry_after(self) -> str:
+        return str(math.ceil(self.wait_s))
+
+    @property
+    def retry_after_ms(self) -> str:
+        return str(math.ceil(self.wait_s * 1000))
+
+    @property
+    def try_again_in(self) -> str:
+        return duration(self.wait_s)
+
+
+def take(state: list | None, limit: Limit, cost: int, now: float) -> tuple[list, Taken]:
+    """The buckets `state` ([requests, tokens, when]; None: full) after a request costing `cost`
+    tokens asks at `now`, and what it was told (the state is unchanged when refused)."""
+    rpm, tpm = limit.rpm, limit.tpm
+    if state is None:
+        requests, tokens = float(rpm or 0), float(tpm or 0)
+    else:
+        elapsed = max(0.0, now - state[2])
+        requests = min(float(rpm), state[0] + elapsed * rpm / WINDOW_S) if rpm else 0.0
+        tokens = min(float(tpm), state[1] + elapsed * tpm / WINDOW_S) if tpm else 0.0
+    waits = {}
+    if rpm and requests < 1:
+        waits["requests"] = (1 - requests) * WINDOW_S / rpm
+    if tpm and tokens < cost:
+        waits["tokens"] = (cost - tokens) * WINDOW_S / tpm if cost <= tpm else math.inf
+    if waits:
+        refused = max(waits, key=waits.get)
+        wait = waits[refused] if math.isfinite(waits[refused]) else 0.0
+        return [requests, tokens, now], Taken(limit, cost, requests, tokens, refused, wait)
+    requests -= 1 if rpm else 0
+    tokens -= cost if tpm else 0
+    return [requests, tokens, now], Taken(limit, cost, requests, tokens)
+
+
+class Local:
+    """The buckets of this one process."""
+
+    def __init__(self):
+        self.buckets: dict[str, list] = {}
+
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+        now = time.monotonic()
+        self.buckets[bucket], taken = take(self.buckets.get(bucket), limit, cost, now)
+        if len(self.buckets) > MAX_CACHED:      # buckets full again are the same as no bucket
+            self.buckets = {k: v for k, v in self.buckets.items() if now - v[2] < WINDOW_S}
+        return taken
+
+
+class SharedFile:
+    """The buckets of every `--workers` process: one JSON file, changed under an exclusive lock."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory) / FILE_NAME
+        self.fd: int | None = None
+
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+        if self.fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = self.fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            raw = os.pread(fd, os.fstat(fd).st_size, 0)
+            buckets = orjson.loads(raw) if raw else {}
+            now = time.time()
+            buckets[bucket], taken = take(buckets.get(bucket), limit, cost, now)
+            if len(buckets) > MAX_CACHED:
+                buckets = {k: v for k, v in buckets.items() if now - v[2] < WINDOW_S}
+            data = orjson.dumps(buckets)
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return taken
+
+
+# KEYS: none. ARGV: bucket key, rpm (0: none), tpm (0: none), cost. The same arithmetic as
+# `take` above, on Redis's clock; the key expires once the buckets would be full again.
+# Returns {requests, tokens, refused ('' | requests | tokens), wait_s} (numbers as strings).
+TAKE = """
+local key, rpm, tpm, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HMGET', key, 'r', 't', 'at')
+local requests, tokens = rpm, tpm
+if state[3] then
+  local elapsed = math.max(0, now - tonumber(state[3]))
+  requests = math.min(rpm, tonumber(state[1]) + elapsed * rpm / 60)
+  tokens = math.min(tpm, tonumber(state[2]) + elapsed * tpm / 60)
+end
+local refused, wait = '', 0
+if rpm > 0 and requests < 1 then refused, wait = 'requests', (1 - requests) * 60 / rpm end
+if tpm > 0 and tokens < cost then
+  local w = 0
+  if cost <= tpm then w = (cost - tokens) * 60 / tpm else w = 1e18 end
+  if refused == '' or w > wait then refused, wait = 'tokens', w end
+end
+if refused == '' then
+  if rpm > 0 then requests = requests - 1 end
+  if tpm > 0 then tokens = tokens - cost end
+end
+if wait >= 1e18 then wait = 0 end
+redis.call('HSET', key, 'r', tostring(requests), 't', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', key, 61000)
+return {tostring(requests), tostring(tokens), refused, tostring(wait)}
+"""
+
+
+class Redis:
+    """The buckets of every process sharing a Redis store."""
+
+    def __init__(self, redis):
+        self._take = redis.register_script(TAKE)
+
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+        requests, tokens, refused, wait = await self._take(
+            args=["llmsim:ratelimit:" + bucket, limit.rpm or 0, limit.tpm or 0, cost])
+        return Taken(limit, cost, float(requests), float(tokens), refused.decode() or None, float(wait))
+
+
+class RateLimited(APIError):
+    """An empty bucket (rendered like any APIError; the message is templates/ratelimits.yaml's)."""
+
+
+class RateLimiter:
+    """`limiter.take(key, model, cost)` per request; `limiter.limits` is None when no limit is set."""
+
+    def __init__(self, settings, store, templates):
+        self.templates = templates
+        self.template = None
+        if getattr(store, "redis", None) is not None:
+            self.buckets: Any = Redis(store.redis)
+        elif settings.workers > 1 and settings.stats_dir:
+            self.buckets = SharedFile(settings.stats_dir)
+        else:
+            self.buckets = Local()
+        self.configure(settings)
+
+    def configure(self, settings) -> None:
+        """The limits of these settings (at start-up, and when PATCH /llmsim/config changes them)."""
+        limits = limits_of(settings)
+        if limits is not None and self.template is None:
+            self.template = self.templates["ratelimits"]    # ConfigError when the templates lack it
+        self.limits = limits
+
+    async def take(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
+        """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
+        (with the same headers) when a bucket is short. None: no limit for this pair."""
+        limit = self.limits(key, model) if self.limits is not None else None
+        if limit is None:
+            return None
+        taken = await self.buckets.take(f"{key}\x00{model}", limit, cost)
+        headers = self.template.body(shape="ratelimit_headers", taken=taken)
+        if taken.refused is None:
+            return [(name.encode("latin-1"), str(value).encode("latin-1")) for name, value in headers.items()]
+        error = self.template.body(shape="ratelimit_error", taken=taken, model=model)
+        if not taken.too_large:
+            headers = {**headers, **self.template.body(shape="ratelimit_retry_headers", taken=taken)}
+        raise RateLimited(error["message"], status=429, type=error["type"], code=error["code"],
+                          headers={name: str(value) for name, value in headers.items()})
