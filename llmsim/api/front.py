@@ -56,6 +56,7 @@ class Front:
         self.render_error = render_error
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
+        self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -80,9 +81,11 @@ class Front:
         elif kind == "lifespan":
             self.observer.serving()
             self.webhooks.serving()
+            self.live.serving()
             try:
                 await self.app(scope, receive, send)
             finally:
+                await self.live.stopped()
                 await self.webhooks.stopped()
                 self.observer.stopped()
         else:

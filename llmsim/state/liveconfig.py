@@ -129,8 +129,19 @@ class LiveConfig:
                 if stamp != self._stamp:
                     self._stamp = stamp
                     self._use(self._read_file())
+        if self.redis is not None and self._poller is None:     # (a server without a lifespan)
+            self.serving()
+
+    def serving(self) -> None:
+        """The server has started: with a Redis store, read its changes every POLL_S."""
         if self.redis is not None and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def stopped(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
 
     def _read_file(self) -> dict[str, Any]:
         fd = os.open(self.file, os.O_RDONLY)
