@@ -91,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
     serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
     serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
+    serve.add_argument("--rate-limits", type=_yaml, help="limits per model and key, YAML: "
+                       "'{default: {rpm: 500}, models: {gpt-4o: {tpm: 30000}}, keys: {KEY: {rpm: 5}}}'")
     return p
 
 

@@ -32,6 +32,8 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
             body["tool_choice"] = "auto"
     if choice == "required" and not body.get("tools"):      # `required` needs tools
         body["tool_choice"] = "auto"
+    if isinstance(body.get("profile"), str):                 # PATCH /llmsim/config: a profile of the data
+        body["profile"] = "instant"
 
 
 @schemathesis.hook
