@@ -98,6 +98,13 @@ class Simulator:
         if "errors" in changes and self.faults.shared is not None:
             await self.faults.update(None, False, changes["errors"] or {})
 
+    async def reset_settings(self) -> None:
+        """DELETE /llmsim/config: the start-up settings again, everywhere."""
+        changed_errors = "errors" in self.live.changes
+        await self.live.reset()
+        if changed_errors and self.faults.shared is not None:
+            await self.faults.update(None, False, self.settings.errors or {})
+
     def refresh(self) -> None:
         """As a request starts: changes other processes made (llmsim.state.liveconfig)."""
         self.live.refresh()

@@ -57,9 +57,20 @@ def test_patch_changes_the_ttft_of_later_requests_on_both_workers(server):
         config = [httpx.get(f"{server.url}/llmsim/config", timeout=10,
                             headers={"connection": "close"}).json()["settings"]["ttft_ms"] for _ in range(SPREAD)]
     finally:
-        assert patch(server, {"ttft_ms": None}).status_code == 200
+        assert httpx.delete(f"{server.url}/llmsim/config", timeout=10).status_code == 200
     assert ttfts == [40.0] * SPREAD
     assert config == [40] * SPREAD
+
+
+def test_delete_undoes_the_runtime_changes_on_both_workers(server):
+    sdk = fresh(server, "delete-key")
+    assert patch(server, {"target_tokens": 3, "rate_limit_rpm": 1000}).status_code == 200
+    assert sdk.responses.create(model=MODEL, input="Hi").usage.output_tokens == 3
+    undone = httpx.delete(f"{server.url}/llmsim/config", timeout=10)
+    assert undone.status_code == 200 and undone.json()["changed"] == {}
+    lengths = [sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}])
+               .usage.completion_tokens for _ in range(4)]
+    assert lengths == [100] * 4       # the start-up target, on whichever worker answers
 
 
 def test_a_bad_patch_gets_a_400_envelope_naming_the_setting(server):

@@ -10,8 +10,9 @@ the requests that start afterwards:
   in the workers' shared stats directory, which each worker looks at (one `stat`) as a request
   starts;
 * on every host sharing a Redis store within a second: the changes are a Redis hash with a
-  version number, which every process reads every `POLL_S`.
-Every process applies the same changes over its own start-up settings.
+  version number, which every process reads every `POLL_S` (the changing process also writes
+  what the hash then holds to its workers' file).
+Every process applies the changes over its own start-up settings; DELETE goes back to those.
 """
 from __future__ import annotations
 
@@ -78,16 +79,30 @@ class LiveConfig:
         return settings
 
     async def patch(self, changes: Mapping[str, Any]) -> None:
+        """Check `changes`, then share them and use them here."""
         self.check(changes)
-        merged = {**self.changes, **changes}
-        if self.file is not None:
-            merged = self._write_file(changes)
+        await self._share(changes, replace=False)
+
+    async def reset(self) -> None:
+        """Back to the start-up settings, everywhere (DELETE /llmsim/config)."""
+        await self._share({}, replace=True)
+
+    async def _share(self, changes: Mapping[str, Any], replace: bool) -> None:
+        """The changes so far, with `changes` (or only them), where every process reads them:
+        the Redis hash holds every host's; the workers' file then gets what Redis holds."""
+        merged = dict(changes) if replace else {**self.changes, **changes}
         if self.redis is not None:
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(REDIS_KEY, mapping={k: orjson.dumps(v) for k, v in changes.items()})
+                if replace:
+                    pipe.delete(REDIS_KEY)
+                if changes:
+                    pipe.hset(REDIS_KEY, mapping={k: orjson.dumps(v) for k, v in changes.items()})
                 pipe.incr(REDIS_VERSION)
                 await pipe.execute()
-            merged = await self._read_redis() or merged
+            merged = await self._read_redis(always=True)
+        if self.file is not None:
+            merged = self._write_file(merged if self.redis is not None or replace else changes,
+                                      replace=self.redis is not None or replace)
         self._use(merged)
 
     def _use(self, changes: dict[str, Any]) -> None:
@@ -103,12 +118,13 @@ class LiveConfig:
         self.apply(settings)
 
     # ---- the workers' shared file --------------------------------------------------------
-    def _write_file(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+    def _write_file(self, changes: Mapping[str, Any], replace: bool) -> dict[str, Any]:
+        """The file's changes with `changes` (or, `replace`, only them), written under its lock."""
         self.file.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            raw = os.pread(fd, os.fstat(fd).st_size, 0)
+            raw = b"" if replace else os.pread(fd, os.fstat(fd).st_size, 0)
             merged = {**(orjson.loads(raw) if raw else {}), **changes}
             data = orjson.dumps(merged)
             os.pwrite(fd, data, 0)
@@ -153,10 +169,10 @@ class LiveConfig:
         return orjson.loads(raw) if raw else {}
 
     # ---- a Redis store's hash ------------------------------------------------------------
-    async def _read_redis(self) -> dict[str, Any] | None:
-        """The changes in Redis if their version moved since the last read, else None."""
+    async def _read_redis(self, always: bool = False) -> dict[str, Any] | None:
+        """The changes in Redis if their version moved since the last read (or `always`), else None."""
         version = await self.redis.get(REDIS_VERSION)
-        if version == self._version:
+        if version == self._version and not always:
             return None
         raw = await self.redis.hgetall(REDIS_KEY)
         self._version = version
@@ -167,7 +183,7 @@ class LiveConfig:
             try:
                 changes = await self._read_redis()
                 if changes is not None:
-                    self._use({**self.changes, **changes} if self.file is not None else changes)
+                    self._use(changes)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:                # Redis away for a while: try again

@@ -31,3 +31,7 @@ class ConfigHandlers:
     async def patch(self, body: dict):
         await self.sim.patch(body)
         return await self.get()
+
+    async def reset(self):
+        await self.sim.reset_settings()
+        return await self.get()
