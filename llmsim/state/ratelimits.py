@@ -16,8 +16,8 @@ Where the buckets live, so that one limit holds for the whole server:
   exclusive lock (`SharedFile`);
 * a Redis store: Redis, taken atomically by a Lua script on Redis's clock (`Redis`), so every
   host sharing it shares the buckets.
-What answers carry (`x-ratelimit-*`, `retry-after`) and the 429's wording are
-templates/ratelimits.yaml's; `Taken` is what they read.
+The headers' names, the 429's wording and its retry headers are templates/ratelimits.yaml's;
+the x-ratelimit-* values are numbers and durations written here, as OpenAI writes them.
 """
 from __future__ import annotations
 
@@ -85,18 +85,28 @@ def duration(seconds: float) -> str:
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
 
 
+_DURATIONS: dict[int, bytes] = {}       # by whole milliseconds: most answers need a few
+
+
+def duration_bytes(seconds: float) -> bytes:
+    ms = math.ceil(round(seconds * 1000, 6)) if seconds > 0 else 0
+    found = _DURATIONS.get(ms)
+    if found is None:
+        found = duration(ms / 1000).encode()
+        if len(_DURATIONS) < MAX_CACHED:
+            _DURATIONS[ms] = found
+    return found
+
+
 @dataclass
 class Taken:
-    """One request's take, as the answer's headers and a refusal's message tell it."""
+    """A refused request's take, as its 429's message and retry headers tell it."""
     limit: Limit
     cost: int                       # tokens the request was estimated at
-    requests: float                 # what the buckets hold after the take
+    requests: float                 # what the buckets hold
     tokens: float
-    refused: str | None = None      # None (served), "requests" or "tokens"
-    wait_s: float = 0.0             # a refused request's wait until its bucket holds its cost
-
-    def _reset(self, level: float, capacity: int | None) -> str:
-        return duration((capacity - level) * WINDOW_S / capacity) if capacity else "0s"
+    refused: str                    # "requests" or "tokens"
+    wait_s: float                   # the wait until that bucket holds the request's cost
 
     @property
     def remaining_requests(self) -> int:
@@ -105,14 +115,6 @@ class Taken:
     @property
     def remaining_tokens(self) -> int:
         return max(0, int(self.tokens))
-
-    @property
-    def reset_requests(self) -> str:
-        return self._reset(self.requests, self.limit.rpm)
-
-    @property
-    def reset_tokens(self) -> str:
-        return self._reset(self.tokens, self.limit.tpm)
 
     @property
     def too_large(self) -> bool:
@@ -132,28 +134,40 @@ class Taken:
         return duration(self.wait_s)
 
 
-def take(state: list | None, limit: Limit, cost: int, now: float) -> tuple[list, Taken]:
-    """The buckets `state` ([requests, tokens, when]; None: full) after a request costing `cost`
-    tokens asks at `now`, and what it was told (the state is unchanged when refused)."""
+# What a bucket store's `take` answers: the levels after the take (before it, when refused),
+# which bucket refused (None: served) and the wait until it would not.
+Outcome = tuple[float, float, "str | None", float]
+
+
+def take(state: list, limit: Limit, cost: int, now: float) -> Outcome:
+    """A request costing `cost` tokens asks the buckets `state` ([requests, tokens, when], changed
+    in place: refilled to `now`, and the cost taken unless refused)."""
     rpm, tpm = limit.rpm, limit.tpm
-    if state is None:
-        requests, tokens = float(rpm or 0), float(tpm or 0)
-    else:
-        elapsed = max(0.0, now - state[2])
-        requests = min(float(rpm), state[0] + elapsed * rpm / WINDOW_S) if rpm else 0.0
-        tokens = min(float(tpm), state[1] + elapsed * tpm / WINDOW_S) if tpm else 0.0
-    waits = {}
-    if rpm and requests < 1:
-        waits["requests"] = (1 - requests) * WINDOW_S / rpm
-    if tpm and tokens < cost:
-        waits["tokens"] = (cost - tokens) * WINDOW_S / tpm if cost <= tpm else math.inf
-    if waits:
-        refused = max(waits, key=waits.get)
-        wait = waits[refused] if math.isfinite(waits[refused]) else 0.0
-        return [requests, tokens, now], Taken(limit, cost, requests, tokens, refused, wait)
-    requests -= 1 if rpm else 0
-    tokens -= cost if tpm else 0
-    return [requests, tokens, now], Taken(limit, cost, requests, tokens)
+    elapsed = now - state[2]
+    if elapsed > 0:
+        state[2] = now
+        if rpm:
+            state[0] = min(rpm, state[0] + elapsed * rpm / WINDOW_S)
+        if tpm:
+            state[1] = min(tpm, state[1] + elapsed * tpm / WINDOW_S)
+    requests, tokens = state[0], state[1]
+    short_requests = rpm and requests < 1
+    short_tokens = tpm and tokens < cost
+    if not (short_requests or short_tokens):
+        if rpm:
+            state[0] = requests = requests - 1
+        if tpm:
+            state[1] = tokens = tokens - cost
+        return requests, tokens, None, 0.0
+    wait_requests = (1 - requests) * WINDOW_S / rpm if short_requests else 0.0
+    wait_tokens = ((cost - tokens) * WINDOW_S / tpm if cost <= tpm else math.inf) if short_tokens else 0.0
+    if wait_tokens > wait_requests:
+        return requests, tokens, "tokens", wait_tokens if cost <= tpm else 0.0
+    return requests, tokens, "requests", wait_requests
+
+
+def full(limit: Limit, now: float) -> list:
+    return [float(limit.rpm or 0), float(limit.tpm or 0), now]
 
 
 class Local:
@@ -162,12 +176,14 @@ class Local:
     def __init__(self):
         self.buckets: dict[str, list] = {}
 
-    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
         now = time.monotonic()
-        self.buckets[bucket], taken = take(self.buckets.get(bucket), limit, cost, now)
-        if len(self.buckets) > MAX_CACHED:      # buckets full again are the same as no bucket
-            self.buckets = {k: v for k, v in self.buckets.items() if now - v[2] < WINDOW_S}
-        return taken
+        state = self.buckets.get(bucket)
+        if state is None:
+            if len(self.buckets) >= MAX_CACHED:    # buckets full again are the same as none
+                self.buckets = {k: v for k, v in self.buckets.items() if now - v[2] < WINDOW_S}
+            state = self.buckets[bucket] = full(limit, now)
+        return take(state, limit, cost, now)
 
 
 class SharedFile:
@@ -177,7 +193,7 @@ class SharedFile:
         self.path = Path(directory) / FILE_NAME
         self.fd: int | None = None
 
-    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
         if self.fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -187,15 +203,18 @@ class SharedFile:
             raw = os.pread(fd, os.fstat(fd).st_size, 0)
             buckets = orjson.loads(raw) if raw else {}
             now = time.time()
-            buckets[bucket], taken = take(buckets.get(bucket), limit, cost, now)
-            if len(buckets) > MAX_CACHED:
-                buckets = {k: v for k, v in buckets.items() if now - v[2] < WINDOW_S}
+            state = buckets.get(bucket)
+            if state is None:
+                if len(buckets) >= MAX_CACHED:
+                    buckets = {k: v for k, v in buckets.items() if now - v[2] < WINDOW_S}
+                state = buckets[bucket] = full(limit, now)
+            outcome = take(state, limit, cost, now)
             data = orjson.dumps(buckets)
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        return taken
+        return outcome
 
 
 # KEYS: none. ARGV: bucket key, rpm (0: none), tpm (0: none), cost. The same arithmetic as
@@ -236,14 +255,18 @@ class Redis:
     def __init__(self, redis):
         self._take = redis.register_script(TAKE)
 
-    async def take(self, bucket: str, limit: Limit, cost: int) -> Taken:
+    async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
         requests, tokens, refused, wait = await self._take(
             args=["llmsim:ratelimit:" + bucket, limit.rpm or 0, limit.tpm or 0, cost])
-        return Taken(limit, cost, float(requests), float(tokens), refused.decode() or None, float(wait))
+        return float(requests), float(tokens), refused.decode() or None, float(wait)
 
 
 class RateLimited(APIError):
     """An empty bucket (rendered like any APIError; the message is templates/ratelimits.yaml's)."""
+
+
+HEADERS = ("limit_requests", "limit_tokens", "remaining_requests", "remaining_tokens",
+           "reset_requests", "reset_tokens")     # what templates/ratelimits.yaml names
 
 
 class RateLimiter:
@@ -265,7 +288,21 @@ class RateLimiter:
         limits = limits_of(settings)
         if limits is not None and self.template is None:
             self.template = self.templates["ratelimits"]    # ConfigError when the templates lack it
+            names = self.template.body(shape="ratelimit_header_names")
+            self.names = tuple(names[role].encode("latin-1") for role in HEADERS)
         self.limits = limits
+
+    def headers(self, limit: Limit, requests: float, tokens: float) -> list[tuple[bytes, bytes]]:
+        """The x-ratelimit-* headers (names: the template's; values: numbers and durations)."""
+        names, rpm, tpm = self.names, limit.rpm, limit.tpm
+        added = []
+        if rpm:
+            added += ((names[0], b"%d" % rpm), (names[2], b"%d" % max(0, int(requests))),
+                      (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm)))
+        if tpm:
+            added += ((names[1], b"%d" % tpm), (names[3], b"%d" % max(0, int(tokens))),
+                      (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm)))
+        return added
 
     async def take(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
         """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
@@ -273,12 +310,13 @@ class RateLimiter:
         limit = self.limits(key, model) if self.limits is not None else None
         if limit is None:
             return None
-        taken = await self.buckets.take(f"{key}\x00{model}", limit, cost)
-        headers = self.template.body(shape="ratelimit_headers", taken=taken)
-        if taken.refused is None:
-            return [(name.encode("latin-1"), str(value).encode("latin-1")) for name, value in headers.items()]
+        requests, tokens, refused, wait = await self.buckets.take(f"{key}\x00{model}", limit, cost)
+        headers = self.headers(limit, requests, tokens)
+        if refused is None:
+            return headers
+        taken = Taken(limit, cost, requests, tokens, refused, wait)
         error = self.template.body(shape="ratelimit_error", taken=taken, model=model)
-        if not taken.too_large:
-            headers = {**headers, **self.template.body(shape="ratelimit_retry_headers", taken=taken)}
+        more = {} if taken.too_large else self.template.body(shape="ratelimit_retry_headers", taken=taken)
         raise RateLimited(error["message"], status=429, type=error["type"], code=error["code"],
-                          headers={name: str(value) for name, value in headers.items()})
+                          headers={**{name.decode(): value.decode() for name, value in headers},
+                                   **{name: str(value) for name, value in more.items()}})
