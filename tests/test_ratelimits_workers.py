@@ -73,6 +73,21 @@ def test_delete_undoes_the_runtime_changes_on_both_workers(server):
     assert lengths == [100] * 4       # the start-up target, on whichever worker answers
 
 
+def test_patched_fault_rates_apply_on_both_workers_until_deleted(server):
+    sdk = fresh(server, "faults-key")
+    assert patch(server, {"errors": {"server_error": 1}, "rate_limit_rpm": 1000}).status_code == 200
+    try:
+        failed = 0
+        for _ in range(SPREAD):
+            with pytest.raises(openai.InternalServerError):
+                sdk.responses.create(model=MODEL, input="Hi")
+            failed += 1
+    finally:
+        assert httpx.delete(f"{server.url}/llmsim/config", timeout=10).status_code == 200
+    assert failed == SPREAD
+    assert sdk.responses.create(model=MODEL, input="Hi").status == "completed"
+
+
 def test_a_bad_patch_gets_a_400_envelope_naming_the_setting(server):
     bad = patch(server, {"generator": "shakespeare"})
     assert bad.status_code == 400

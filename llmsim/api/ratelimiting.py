@@ -12,16 +12,30 @@ if TYPE_CHECKING:   # a type only: the composition root sits above the API
     from llmsim.simulator import Simulator
 
 
-def api_key(headers: Mapping[str, str]) -> str:
-    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+def api_key(authorization: str | bytes | None) -> str:
+    """The key of an `Authorization` header's value ("" for none, or another scheme)."""
+    if not authorization:
+        return ""
+    if isinstance(authorization, bytes):
+        authorization = authorization.decode("latin-1")
+    scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-async def take(sim: Simulator, headers: Mapping[str, str], model, input_tokens: int,
-               max_output: int | None, choices: int = 1) -> None:
-    """Take this request's cost (only called when some limit is set: `sim.limiter.limits`)."""
+async def take(sim: Simulator, model, input_tokens: int, max_output: int | None, choices: int = 1,
+               headers: Mapping[str, str] | None = None) -> None:
+    """Take this request's cost (only called when some limit is set: `sim.limiter.limits`).
+    `headers`: a WebSocket's upgrade request's; an HTTP request's are its exchange's."""
     cost = input_tokens + (max_output if max_output is not None else model.max_output_tokens) * choices
-    added = await sim.limiter.take(api_key(headers), model.id, cost)
     ex = current()
+    if headers is not None:
+        key = api_key(headers.get("authorization"))
+    else:
+        key = api_key(ex.request_headers.get(b"authorization") if ex is not None and ex.request_headers else None)
+    limiter = sim.limiter
+    if limiter.waits:
+        added = await limiter.take(key, model.id, cost)
+    else:                   # (no coroutine of its own for a store that answers at once)
+        added = limiter.take_now(key, model.id, cost)
     if added and ex is not None:
-        ex.headers = added
+        ex.extra_headers = added

@@ -247,8 +247,8 @@ class Connection:
         ctx = sim.context(body["model"])
         plan = planning.plan_response(body, ctx, history, generate)
         if sim.limiter.limits is not None:      # rate limits: each response.create takes its cost
-            await ratelimiting.take(sim, self.websocket.headers, ctx.model, plan.usage.input_tokens,
-                                    body.get("max_output_tokens"))
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"),
+                                    headers=self.websocket.headers)
         plan = fault.shape(plan)
         frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent

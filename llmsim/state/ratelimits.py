@@ -35,7 +35,7 @@ from llmsim.errors import APIError
 
 WINDOW_S = 60.0                 # both limits are per minute
 FILE_NAME = "ratelimits.json"   # SharedFile's, in the stats directory
-MAX_CACHED = 4096               # (key, model) pairs whose limits are remembered
+MAX_CACHED = 4096               # (key, model) pairs, buckets and durations remembered
 
 
 @dataclass(frozen=True)
@@ -61,22 +61,27 @@ def limits_of(settings) -> "Limits | None":
 class Limits:
     def __init__(self, default: Mapping, models: Mapping, keys: Mapping):
         self.default, self.models, self.keys = default, models, keys
-        self._cache: dict[tuple[str, str], Limit | None] = {}
 
     def __call__(self, key: str, model: str) -> Limit | None:
-        found = self._cache.get((key, model), False)
-        if found is False:
-            values = {**self.default, **(self.models.get(model) or {}), **(self.keys.get(key) or {})}
-            rpm, tpm = values.get("rpm"), values.get("tpm")
-            found = Limit(rpm, tpm) if rpm is not None or tpm is not None else None
-            if len(self._cache) < MAX_CACHED:
-                self._cache[(key, model)] = found
-        return found
+        values = {**self.default, **(self.models.get(model) or {}), **(self.keys.get(key) or {})}
+        rpm, tpm = values.get("rpm"), values.get("tpm")
+        return Limit(rpm, tpm) if rpm is not None or tpm is not None else None
+
+
+class Pair:
+    """One (API key, model): its limits, its buckets' name and its headers that never change."""
+    __slots__ = ("limit", "rpm", "tpm", "model", "bucket", "fixed")
+
+    def __init__(self, limit: Limit, key: str, model: str, names: tuple[bytes, ...]):
+        self.limit, self.rpm, self.tpm, self.model = limit, limit.rpm, limit.tpm, model
+        self.bucket = f"{key}\x00{model}"
+        self.fixed = ([(names[0], b"%d" % limit.rpm)] if limit.rpm else []) + \
+                     ([(names[1], b"%d" % limit.tpm)] if limit.tpm else [])
 
 
 def duration(seconds: float) -> str:
     """A duration as OpenAI writes it (Go's style): `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`."""
-    ms = math.ceil(round(seconds * 1000, 6)) if seconds > 0 else 0
+    ms = _ms(seconds)
     if ms < 1000:
         return f"{ms}ms" if ms else "0s"
     hours, rest = divmod(ms, 3_600_000)
@@ -88,8 +93,13 @@ def duration(seconds: float) -> str:
 _DURATIONS: dict[int, bytes] = {}       # by whole milliseconds: most answers need a few
 
 
+def _ms(seconds: float) -> int:
+    """Whole milliseconds, rounded up (a float a hair above a whole number is that number)."""
+    return math.ceil(seconds * 1000 - 1e-6) if seconds > 0 else 0
+
+
 def duration_bytes(seconds: float) -> bytes:
-    ms = math.ceil(round(seconds * 1000, 6)) if seconds > 0 else 0
+    ms = _ms(seconds)
     found = _DURATIONS.get(ms)
     if found is None:
         found = duration(ms / 1000).encode()
@@ -176,7 +186,7 @@ class Local:
     def __init__(self):
         self.buckets: dict[str, list] = {}
 
-    async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
+    def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
         now = time.monotonic()
         state = self.buckets.get(bucket)
         if state is None:
@@ -193,7 +203,7 @@ class SharedFile:
         self.path = Path(directory) / FILE_NAME
         self.fd: int | None = None
 
-    async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
+    def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
         if self.fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -275,7 +285,8 @@ class RateLimiter:
     def __init__(self, settings, store, templates):
         self.templates = templates
         self.template = None
-        if getattr(store, "redis", None) is not None:
+        self.waits = getattr(store, "redis", None) is not None     # a store that answers later
+        if self.waits:
             self.buckets: Any = Redis(store.redis)
         elif settings.workers > 1 and settings.stats_dir:
             self.buckets = SharedFile(settings.stats_dir)
@@ -291,31 +302,50 @@ class RateLimiter:
             names = self.template.body(shape="ratelimit_header_names")
             self.names = tuple(names[role].encode("latin-1") for role in HEADERS)
         self.limits = limits
+        self.pairs: dict[tuple[str, str], Pair | None] = {}
 
-    def headers(self, limit: Limit, requests: float, tokens: float) -> list[tuple[bytes, bytes]]:
+    def pair(self, key: str, model: str) -> Pair | None:
+        found = self.pairs.get((key, model), False)
+        if found is False:
+            limit = self.limits(key, model)
+            found = None if limit is None else Pair(limit, key, model, self.names)
+            if len(self.pairs) < MAX_CACHED:
+                self.pairs[(key, model)] = found
+        return found
+
+    def headers(self, pair: Pair, requests: float, tokens: float) -> list[tuple[bytes, bytes]]:
         """The x-ratelimit-* headers (names: the template's; values: numbers and durations)."""
-        names, rpm, tpm = self.names, limit.rpm, limit.tpm
-        added = []
+        names, rpm, tpm = self.names, pair.rpm, pair.tpm
+        if rpm and tpm:
+            return [*pair.fixed, (names[2], b"%d" % requests), (names[3], b"%d" % tokens),
+                    (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm)),
+                    (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm))]
         if rpm:
-            added += ((names[0], b"%d" % rpm), (names[2], b"%d" % max(0, int(requests))),
-                      (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm)))
-        if tpm:
-            added += ((names[1], b"%d" % tpm), (names[3], b"%d" % max(0, int(tokens))),
-                      (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm)))
-        return added
+            return [*pair.fixed, (names[2], b"%d" % requests),
+                    (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm))]
+        return [*pair.fixed, (names[3], b"%d" % tokens), (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm))]
+
+    def take_now(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
+        """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
+        (with the same headers) when a bucket is short. None: no limit for this pair. For the
+        stores that answer at once (`waits` false); `take` for any."""
+        pair = self.pair(key, model)
+        return None if pair is None else self.told(pair, cost, self.buckets.take(pair.bucket, pair.limit, cost))
 
     async def take(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
-        """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
-        (with the same headers) when a bucket is short. None: no limit for this pair."""
-        limit = self.limits(key, model) if self.limits is not None else None
-        if limit is None:
-            return None
-        requests, tokens, refused, wait = await self.buckets.take(f"{key}\x00{model}", limit, cost)
-        headers = self.headers(limit, requests, tokens)
+        if not self.waits:
+            return self.take_now(key, model, cost)
+        pair = self.pair(key, model)
+        return None if pair is None else self.told(pair, cost, await self.buckets.take(pair.bucket, pair.limit, cost))
+
+    def told(self, pair: Pair, cost: int, outcome: Outcome) -> list[tuple[bytes, bytes]]:
+        requests, tokens, refused, wait = outcome
+        headers = self.headers(pair, requests, tokens)
         if refused is None:
             return headers
+        limit = pair.limit
         taken = Taken(limit, cost, requests, tokens, refused, wait)
-        error = self.template.body(shape="ratelimit_error", taken=taken, model=model)
+        error = self.template.body(shape="ratelimit_error", taken=taken, model=pair.model)
         more = {} if taken.too_large else self.template.body(shape="ratelimit_retry_headers", taken=taken)
         raise RateLimited(error["message"], status=429, type=error["type"], code=error["code"],
                           headers={**{name.decode(): value.decode() for name, value in headers},

@@ -29,7 +29,7 @@ class ChatHandlers:
         plan = chatplan.plan_chat(body, ctx)
         if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
             cap = body.get("max_completion_tokens")
-            await ratelimiting.take(sim, self.request_headers(), ctx.model, plan.usage.input_tokens,
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens,
                                     body.get("max_tokens") if cap is None else cap, body.get("n") or 1)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)

@@ -31,8 +31,7 @@ class ResponsesHandlers:
         ctx = sim.context(body["model"])
         plan = planning.plan_response(body, ctx, prior.turns)
         if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
-            await ratelimiting.take(sim, self.request_headers(), ctx.model, plan.usage.input_tokens,
-                                    body.get("max_output_tokens"))
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         store = wants_store(body)
