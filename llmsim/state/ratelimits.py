@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+from math import ceil
 import os
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import orjson
 from llmsim.errors import APIError
 
 WINDOW_S = 60.0                 # both limits are per minute
+WINDOW_MS = WINDOW_S * 1000
 FILE_NAME = "ratelimits.json"   # SharedFile's, in the stats directory
 MAX_CACHED = 4096               # (key, model) pairs, buckets and durations remembered
 
@@ -317,9 +319,13 @@ class RateLimiter:
         """The x-ratelimit-* headers (names: the template's; values: numbers and durations)."""
         names, rpm, tpm = self.names, pair.rpm, pair.tpm
         if rpm and tpm:
+            # (the durations' cache read here: `duration_bytes` only for a duration not yet seen)
+            reset_requests = _DURATIONS.get(ceil((rpm - requests) * WINDOW_MS / rpm - 1e-6)) or \
+                duration_bytes((rpm - requests) * WINDOW_S / rpm)
+            reset_tokens = _DURATIONS.get(ceil((tpm - tokens) * WINDOW_MS / tpm - 1e-6)) or \
+                duration_bytes((tpm - tokens) * WINDOW_S / tpm)
             return [*pair.fixed, (names[2], b"%d" % requests), (names[3], b"%d" % tokens),
-                    (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm)),
-                    (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm))]
+                    (names[4], reset_requests), (names[5], reset_tokens)]
         if rpm:
             return [*pair.fixed, (names[2], b"%d" % requests),
                     (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm))]
@@ -329,8 +335,15 @@ class RateLimiter:
         """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
         (with the same headers) when a bucket is short. None: no limit for this pair. For the
         stores that answer at once (`waits` false); `take` for any."""
-        pair = self.pair(key, model)
-        return None if pair is None else self.told(pair, cost, self.buckets.take(pair.bucket, pair.limit, cost))
+        pair = self.pairs.get((key, model), False)
+        if pair is False:
+            pair = self.pair(key, model)
+        if pair is None:
+            return None
+        requests, tokens, refused, wait = self.buckets.take(pair.bucket, pair.limit, cost)
+        if refused is None:
+            return self.headers(pair, requests, tokens)
+        return self.told(pair, cost, (requests, tokens, refused, wait))
 
     async def take(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
         if not self.waits:
