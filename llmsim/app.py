@@ -32,6 +32,7 @@ from llmsim.api.handlers.chat import ChatHandlers
 from llmsim.api.handlers.chat_store import ChatStoreHandlers
 from llmsim.api.handlers.compaction import CompactionHandlers
 from llmsim.api.handlers.completions import CompletionsHandlers
+from llmsim.api.handlers.config import ConfigHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
               "chat": ChatHandlers(sim, current)}
     groups["stats"] = StatsHandlers(sim)
     groups["faults"] = FaultsHandlers(sim)
+    groups["config"] = ConfigHandlers(sim)
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
     groups["anthropic"] = AnthropicHandlers(sim, current)

@@ -123,6 +123,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
                        help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
                        "seconds, then end them (default: wait for them all)")
+    # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
+    serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
+    serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
+    serve.add_argument("--rate-limits", type=_yaml, help="limits per model and key, YAML: "
+                       "'{default: {rpm: 500}, models: {gpt-4o: {tpm: 30000}}, keys: {KEY: {rpm: 5}}}'")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")

@@ -55,8 +55,16 @@ def check(data: Any, schema_name: str, source: str) -> Any:
     if error is not None:
         hint = error.schema.get("description") if isinstance(error.schema, dict) else None
         fix = f" (expected: {hint})" if hint else ""
-        raise ConfigError(f"{source}: at {describe_path(error.absolute_path)}: {error.message}{fix}")
+        where = describe_path(error.absolute_path)
+        exc = ConfigError(f"{source}: at {where}: {error.message}{fix}")
+        exc.where = where           # the key path, for an API error's `param`
+        raise exc
     return data
+
+
+def schema(schema_name: str) -> dict:
+    """The schema `llmsim/schemas/<schema_name>.yaml`, as read."""
+    return _validator(schema_name).schema
 
 
 def load(path: Path, schema_name: str) -> Any:

@@ -90,6 +90,10 @@ class Settings:
     store_max_bytes: int | None = None  # LMDB / SQLite store: the file's largest size (full: 503s)
     graceful_timeout_s: float | None = None     # SIGTERM: streams in flight may finish for this long
 
+    rate_limit_rpm: int | None = None   # requests per minute, every (API key, model) (llmsim.state.ratelimits)
+    rate_limit_tpm: int | None = None   # tokens per minute, every (API key, model)
+    rate_limits: dict | None = None     # {default: {rpm, tpm}, models: {NAME: ...}, keys: {KEY: ...}}
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""

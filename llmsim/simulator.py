@@ -23,6 +23,8 @@ from llmsim.sim.models import Catalogue
 from llmsim.sim.plan import Context
 from llmsim.sim.reasoning import ReasoningRules
 from llmsim.sim.scenarios import ScenarioSet
+from llmsim.state.liveconfig import LiveConfig
+from llmsim.state.ratelimits import RateLimiter, limits_of
 from llmsim.state.responses import ResponseState
 from llmsim.state.serving import Serving
 from llmsim.state.store import open_store
@@ -92,6 +94,43 @@ class Simulator:
         self.scripts = Scripts(scenarios, self.faults, getattr(self.store, "attempt", None))
         self.serving = Serving(self.store, self.profiles)        # slots, queues and the prefix cache (off by default)
         self.stats.serving_state = self.serving.snapshot
+        self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
+        self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config
+
+    # ---- runtime control (llmsim.state.liveconfig) ----
+    def vet(self, settings: Settings) -> None:
+        """What the schema cannot check of changed settings; raises ConfigError."""
+        if settings.profile is not None and settings.profile not in self.profiles:
+            raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
+                              f"(allowed: {', '.join(sorted(self.profiles))})")
+        self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
+        if limits_of(settings) is not None:
+            self.templates["ratelimits"]        # ConfigError when --templates has none
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Serve the requests that start from now on with `settings`."""
+        old, self.settings = self.settings, settings
+        self._fixed_profiles.clear()
+        self.limiter.configure(settings)
+        if settings.errors != old.errors and self.faults.shared is None:
+            self.faults.rates = self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
+
+    async def patch(self, changes: dict) -> None:
+        """PATCH /llmsim/config: check, share and apply; fault rates go to a shared store's schedule."""
+        await self.live.patch(changes)
+        if "errors" in changes and self.faults.shared is not None:
+            await self.faults.update(None, False, changes["errors"] or {})
+
+    async def reset_settings(self) -> None:
+        """DELETE /llmsim/config: the start-up settings again, everywhere."""
+        changed_errors = "errors" in self.live.changes
+        await self.live.reset()
+        if changed_errors and self.faults.shared is not None:
+            await self.faults.update(None, False, self.settings.errors or {})
+
+    def refresh(self) -> None:
+        """As a request starts: changes other processes made (llmsim.state.liveconfig)."""
+        self.live.refresh()
 
     def profile_for(self, model) -> latency.Profile:
         s = self.settings

@@ -40,6 +40,8 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         reasoning.pop("effort")
     if isinstance(body.get("dimensions"), int):             # at most the embedding model's size
         body["dimensions"] = min(body["dimensions"], EMBEDDING_SIZE)
+    if isinstance(body.get("profile"), str):                 # PATCH /llmsim/config: a profile of the data
+        body["profile"] = "instant"
     obey_anthropics_rules(body)
 
 

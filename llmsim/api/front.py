@@ -71,6 +71,7 @@ class Front:
         # running were left by a server that stopped (--workers: `llmsim serve` sweeps first)
         self.fail_orphans = sim.state.fail_orphans
         self.sweeps = sim.settings.workers == 1
+        self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -98,9 +99,11 @@ class Front:
                 await sweep(self.fail_orphans)
             self.observer.serving()
             self.webhooks.serving()
+            self.live.serving()
             try:
                 await self.app(scope, receive, send)
             finally:
+                await self.live.stopped()
                 await self.webhooks.stopped()
                 self.observer.stopped()
         else:

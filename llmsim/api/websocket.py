@@ -47,7 +47,7 @@ from starlette.routing import Router, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from llmsim import datafiles
-from llmsim.api import validation
+from llmsim.api import ratelimiting, validation
 from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
@@ -238,6 +238,7 @@ class Connection:
     async def respond(self, raw: str | bytes) -> None:
         sim = self.sim
         start, began = sim.clock.now(), time.perf_counter()
+        sim.refresh()                   # settings changed at runtime by another process
         body, generate = parse_frame(raw, self.endpoint.validator)
         headers = self.websocket.headers            # the upgrade's headers
         script = history = None
@@ -254,7 +255,11 @@ class Connection:
         ctx = sim.context(body["model"], headers)
         if fault:                       # a content fault changes what is said
             script = fault.answer(script, body, ctx)
-        plan = fault.shape(planning.plan_response(body, ctx, history, generate, script))
+        plan = planning.plan_response(body, ctx, history, generate, script)
+        if sim.limiter.limits is not None:      # rate limits: each response.create takes its cost
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"),
+                                    headers=self.websocket.headers)
+        plan = fault.shape(plan)
         frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
         with sim.stats.turn(plan, began):       # counted; one trace line once sent
             await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,

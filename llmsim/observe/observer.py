@@ -109,6 +109,7 @@ class Observer:
         ex = Exchange(self.request_id(headers), "http", scope["method"], path,
                       self._endpoints.get(path) or self.endpoint(path), self.stats)
         ex.token = CURRENT.set(ex)
+        ex.request_headers = headers
         self.in_flight += 1
         if self.counting:
             self.stats.request_started()
@@ -124,6 +125,8 @@ class Observer:
             added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
                       (b"x-llmsim-duration-ms", _ms(plan.end_at)),
                       (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
+        if ex.extra_headers is not None:
+            added += ex.extra_headers
         return added
 
     def end(self, ex: Exchange) -> None:

@@ -184,7 +184,8 @@ class ModelStats:
 class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
-                 "stream", "error", "injected", "model", "stats", "turns", "token")
+                 "stream", "error", "injected", "model", "stats", "turns", "token", "request_headers",
+                 "extra_headers")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -197,6 +198,8 @@ class Exchange:
         self.stream = self.injected = False
         self.turns = 0                  # WebSocket turns traced so far
         self.token = None               # resets llmsim.observe.stats.CURRENT when the exchange ends
+        self.request_headers = None     # the request's headers, {name: value} (bytes), as the front read them
+        self.extra_headers = None       # more headers for the answer (rate limits: llmsim.api.ratelimiting)
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)

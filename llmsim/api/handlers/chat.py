@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.api import ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import chatplan, inputs
 from llmsim.state.chats import ChatStore
@@ -22,6 +23,7 @@ class ChatHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(self.received_at())
+        sim.refresh()                   # settings changed at runtime by another process
         if sim.replay is not None and (replayed := await sim.replay.answer("chat", body, start)) is not None:
             return replayed
         headers = self.request_headers()
@@ -37,6 +39,10 @@ class ChatHandlers:
         if fault:                       # a content fault changes what is said
             script = fault.answer(script, body, ctx)
         plan = chatplan.plan_chat(body, ctx, script)
+        if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
+            cap = body.get("max_completion_tokens")
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens,
+                                    body.get("max_tokens") if cap is None else cap, body.get("n") or 1)
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.api import ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
@@ -22,6 +23,7 @@ class ResponsesHandlers:
     async def create(self, body: dict):
         sim = self.sim
         start = sim.clock.began(self.received_at())
+        sim.refresh()                   # settings changed at runtime by another process
         if sim.replay is not None and (replayed := await sim.replay.answer("responses", body, start)) is not None:
             return replayed
         headers = self.request_headers()
@@ -40,6 +42,8 @@ class ResponsesHandlers:
         if fault:                       # a content fault changes what is said
             script = fault.answer(script, body, ctx)
         plan = planning.plan_response(body, ctx, prior.turns, script=script)
+        if sim.limiter.limits is not None:      # rate limits: take its cost, or 429
+            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on
