@@ -3,8 +3,9 @@ server's fast lane (`--server plain` has none: connexion serves these too, and a
 tests/test_fastlane_differential.py).
 
 connexion rebuilds per request what never changes (route matching through nested routers,
-the parameter decorator, a body validator object, a context). For the operations whose only
-input is a JSON body (POST /responses, /chat/completions, ...), `json_operations` compiles
+the parameter decorator, a body validator object, a context). For the hot operations the
+document marks `x-llmsim-fast-lane: true` (POST /responses, /chat/completions,
+/conversations, /responses/input_tokens; each takes only a JSON body), `json_operations` compiles
 the same document once: path -> (handler, validators), and llmsim.api.front serves them with
 `Operation.call`: it reads and parses the body with the functions connexion's validator uses
 (llmsim.api.validation), validates it with a Rust validator (jsonschema-rs) and, only when
@@ -92,12 +93,13 @@ def nullable_to_types(schema: t.Any) -> t.Any:
 
 
 def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
-    """path -> Operation for every POST whose only input is a JSON request body."""
+    """path -> Operation for every POST the document marks `x-llmsim-fast-lane` (its only
+    input a JSON request body)."""
     spec = resolve_refs(datafiles.read_yaml(spec_path))
     ops = {}
     for path, item in (spec.get("paths") or {}).items():
         post = item.get("post")
-        if not post or post.get("parameters") or item.get("parameters") or "{" in path:
+        if not post or not post.get("x-llmsim-fast-lane") or post.get("parameters") or item.get("parameters") or "{" in path:
             continue
         schema = (((post.get("requestBody") or {}).get("content") or {})
                   .get("application/json") or {}).get("schema")

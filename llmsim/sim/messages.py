@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -177,7 +178,7 @@ class PromptCache:
         tokens_ = count_input(prefix, model)
         if tokens_ < MIN_CACHED:
             return 0, 0
-        key = hashlib.sha256(orjson.dumps([model.id, prefix], option=orjson.OPT_SORT_KEYS)).digest()
+        key = hashlib.sha256(json.dumps([model.id, prefix], sort_keys=True).encode()).digest()   # any integer
         now = self.clock.now()
         hit = self.expiry.get(key, 0.0) > now
         self.expiry[key] = now + ttl
