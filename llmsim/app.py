@@ -29,10 +29,12 @@ from llmsim.api.front import Front
 from llmsim.api.handlers.chat import ChatHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
+from llmsim.api.handlers.gemini import GeminiHandlers
 from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
+from llmsim.api.dialects import Dialects
 from llmsim.api.methods import AllowedMethods
 from llmsim.api.validation import BodyValidator, unsupported_media_type
 from llmsim.api.websocket import ResponsesSocket
@@ -45,6 +47,8 @@ from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim")
 ADMIN_SPEC = datafiles.OPENAPI_DIR / "admin.yaml"     # llmsim's own routes, under /llmsim
+# Other providers' APIs: each document mounted on its own `servers` (llmsim.api.dialects).
+PROVIDER_SPECS = (datafiles.OPENAPI_DIR / "gemini.yaml",)
 # connexion problems by status, turned into our exception tree.
 PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
             413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}
@@ -68,21 +72,25 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["faults"] = FaultsHandlers(sim)
     groups["response_store"] = ResponseStoreHandlers(sim)
     groups["conversations"] = ConversationsHandlers(sim)
-    error_template = sim.templates["errors"]
+    groups["gemini"] = GeminiHandlers(sim, current)
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
-    allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"])])  # for 405s
+    dialects = Dialects.load(PROVIDER_SPECS, base_paths)
+    allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"]),
+                                   *[(mount.spec, mount.bases) for mount in dialects.mounts]])  # for 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
         return getattr(groups[group], name)
 
-    def render_error(exc: APIError) -> ConnexionResponse:
+    def render_error(exc: APIError, path: str = "") -> ConnexionResponse:
+        """`exc` in the envelope of the API `path` belongs to."""
         sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
+        template = sim.templates[dialects.of(path).errors]
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
-                                 body=error_template.body_json(error=exc), headers=exc.headers)
+                                 body=template.body_json(error=exc), headers=exc.headers)
 
     async def on_api_error(request, exc: APIError):
-        return render_error(exc)
+        return render_error(exc, request.url.path)
 
     async def on_problem(request, exc: ProblemException):
         cls = PROBLEMS.get(exc.status, APIError)
@@ -92,12 +100,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         elif exc.status == 405:
             detail = f"Method {request.method} is not allowed for {request.url.path}."
         elif exc.status == 415:
-            return render_error(unsupported_media_type(request.headers.get("content-type", "")))
+            return render_error(unsupported_media_type(request.headers.get("content-type", "")),
+                                request.url.path)
         headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "content-type"}
         allow = allowed.allow(request.url.path) if exc.status == 405 else None
         if allow:
             headers = {**{k: v for k, v in headers.items() if k.lower() != "allow"}, "Allow": allow}
-        return render_error(cls(detail, status=exc.status, headers=headers))  # e.g. Allow on 405
+        return render_error(cls(detail, status=exc.status, headers=headers),  # e.g. Allow on 405
+                            request.url.path)
 
     async def on_http_error(request, exc: HTTPException):
         return await on_problem(request, ProblemException(status=exc.status_code, detail=exc.detail,
@@ -105,7 +115,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     async def on_unexpected(request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return render_error(ServerError("The server had an error while processing your request."))
+        return render_error(ServerError("The server had an error while processing your request."),
+                            request.url.path)
 
     # The document is served under each prefix (`/openai/v1/openapi.json`), not bare (`""`);
     # the Swagger UI is not (an extra).
@@ -116,6 +127,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     validator_map={"body": {"application/json": BodyValidator}},
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
+    for mount in dialects.mounts:
+        for base in mount.bases:
+            app.add_api(mount.spec, base_path=base, name=f"{mount.spec.stem}:{base}",
+                        validator_map={"body": {"application/json": BodyValidator}},
+                        strict_validation=False, validate_responses=False,
+                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__))
@@ -135,5 +152,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         from llmsim.api.fastpath import json_operations
         operations = json_operations(settings.spec_path, base_paths, resolve)
     return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(base_paths),
-                 render_error=lambda exc: starlette_response(render_error(exc)), base_paths=base_paths,
-                 tuned=tuned)
+                 render_error=lambda exc, path="": starlette_response(render_error(exc, path)),
+                 base_paths=base_paths, tuned=tuned, dialects=dialects)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
+from llmsim.api.dialects import Dialects
 from llmsim.api.guard import JSON, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
@@ -45,15 +46,17 @@ def is_admin(path: str) -> bool:
 
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
-                 render_error: Callable[[APIError], Response], base_paths: tuple[str, ...],
-                 tuned: bool = True):
+                 render_error: Callable[..., Response], base_paths: tuple[str, ...],
+                 tuned: bool = True, dialects: Dialects | None = None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
+        dialects = dialects or Dialects([])
+        self.guard = Guard(settings=sim.settings, admin=is_admin, dialects=dialects,
+                           base_paths=(*base_paths, *[b for m in dialects.mounts for b in m.bases]))
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
-        self.render_error = render_error
+        self.render_error = render_error        # (exc, path): in the envelope of the path's API
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
 
@@ -108,11 +111,11 @@ class Front:
                 op = self._operation(scope)
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:
-                response = self.render_error(exc)
+                response = self.render_error(exc, path)
             except Exception:
                 log.exception("unexpected error on %s %s", scope["method"], path)
                 response = self.render_error(ServerError(
-                    "The server had an error while processing your request."))
+                    "The server had an error while processing your request."), path)
             if response is None:
                 await self.app(scope, receive, observed_send)
             elif not (self.tuned and self._responded(scope, response, ex)):

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import hmac
+from urllib.parse import parse_qs
 
 from llmsim.api.validation import replay
 from llmsim.errors import APIError, AuthenticationError, PayloadTooLargeError
@@ -21,16 +22,17 @@ BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class Guard:
-    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False):
+    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False, dialects=None):
         self.keys = [key.encode() for key in (settings.api_keys or ())]
         self.limit = settings.max_body_bytes
         self.bases = tuple(base for base in base_paths if base)
         self.bare = "" in base_paths    # the API also without a prefix: every path but `admin`'s
         self.admin = admin
+        self.dialects = dialects        # llmsim.api.dialects: where else a path's API takes its key
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
-        if self.keys and self._protected(scope["path"]) and not self._authorized(headers):
+        if self.keys and self._protected(scope["path"]) and not self._authorized(headers, scope):
             raise _auth_error(headers)
         if scope["type"] == "http":
             length = headers.get(b"content-length")
@@ -68,10 +70,19 @@ class Guard:
             return True
         return any(path == base or path.startswith(base + "/") for base in self.bases)
 
-    def _authorized(self, headers: dict) -> bool:
+    def _authorized(self, headers: dict, scope) -> bool:
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
         token = token.strip()
-        return scheme.lower() == b"bearer" and any(hmac.compare_digest(token, key) for key in self.keys)
+        if scheme.lower() == b"bearer" and any(hmac.compare_digest(token, key) for key in self.keys):
+            return True
+        dialect = self.dialects.of(scope["path"]) if self.dialects is not None else None
+        if not dialect or not (dialect.key_headers or dialect.key_params):
+            return False
+        given = [headers[name] for name in dialect.key_headers if name in headers]
+        if dialect.key_params:
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            given += [value.encode("latin-1") for name in dialect.key_params for value in query.get(name, ())]
+        return any(hmac.compare_digest(token.strip(), key) for token in given for key in self.keys)
 
     def _too_large(self, length: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(

@@ -60,7 +60,7 @@ class Injection:
         """The plan, cut by a content filter after k tokens when that is the fault."""
         if self.fault is None or self.fault.kind.effect != "content_filter":
             return plan
-        cut = _cut_chat if self.api == "chat" else _cut_response
+        cut = _cut_chat if hasattr(plan, "choices") else _cut_response    # Chat, Gemini / Responses
         cut(plan, self.after_tokens, self.injector.settings.usage)
         return plan
 
