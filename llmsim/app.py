@@ -127,12 +127,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     validator_map={"body": {"application/json": BodyValidator}},
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
-    for mount in dialects.mounts:
-        for base in mount.bases:
-            app.add_api(mount.spec, base_path=base, name=f"{mount.spec.stem}:{base}",
-                        validator_map={"body": {"application/json": BodyValidator}},
-                        strict_validation=False, validate_responses=False,
-                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
+
+    for mount in dialects.mounts:       # each on its own base path (llmsim.api.dialects)
+        app.add_api(mount.spec, base_path=mount.home, name=f"{mount.spec.stem}:{mount.home}",
+                    validator_map={"body": {"application/json": BodyValidator}},
+                    strict_validation=False, validate_responses=False,
+                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=mount.home not in base_paths))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__))

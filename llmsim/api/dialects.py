@@ -7,9 +7,15 @@ Each OpenAPI document besides the main one (openapi.yaml) declares, as data:
 * `components.securitySchemes` of type apiKey: where else an API key may come (a header, a
   query parameter), checked like `Authorization: Bearer` (llmsim.api.guard).
 
-A path is a document's when one of its routes matches it, or when it lies under a base path no
-other document uses (`/v1beta/...` is Gemini's, `/v1/...` is OpenAI's unless a Gemini route
-matches). Every other path is the main document's: the `errors` template, Bearer keys only.
+A path is a document's when one of its routes matches it, or when it lies under its home base
+path (below) when no other document uses that (`/v1beta/...` is Gemini's, `/v1/...` is
+OpenAI's unless a Gemini route matches). Every other path is the main document's: the `errors` template, Bearer keys only.
+
+connexion mounts a document on its first base path of its own (its `home`: `/v1beta`); a
+request for one of its routes under a base path it shares with the main document (`/v1`) is
+passed on as the same route under `home` (`aliased`). Mounted on `/v1` beside the main document
+it would not be reached: connexion answers 405 when the main document's `GET /models/{model}`
+matches `/v1/models/gemini-2.5-flash:generateContent` by its path.
 """
 from __future__ import annotations
 
@@ -39,6 +45,8 @@ class Mount:
     bases: tuple[str, ...]
     dialect: Dialect
     pattern: re.Pattern
+    home: str                               # the base path connexion mounts the document on
+    aliases: re.Pattern | None              # its routes under the other (shared) base paths
 
 
 class Dialects:
@@ -59,10 +67,28 @@ class Dialects:
                               tuple(s["name"] for s in keys if s.get("in") == "query"))
             routes = [re.escape(path).replace(r"\{", "{").replace(r"\}", "}") for path in doc.get("paths") or {}]
             routes = [re.sub(r"\{[^/}]+\}", "[^/]+", route) + "$" for route in routes]
-            own = [re.escape(base) + "(?:/|$)" for base in bases if base not in shared]
-            alternatives = [re.escape(base) + route for base in bases for route in routes] + own
-            mounts.append(Mount(Path(spec), bases, dialect, re.compile("|".join(alternatives) or "(?!)")))
+            own = [base for base in bases if base not in shared]
+            home = own[0] if own else bases[0]
+            alternatives = [re.escape(base) + route for base in bases for route in routes]
+            if own:                         # every path under its home is its own
+                alternatives.append(re.escape(home) + "(?:/|$)")
+            pattern = re.compile("|".join(alternatives) or "(?!)")
+            others = [b for b in bases if b != home]
+            aliases = re.compile("(" + "|".join(map(re.escape, others)) + ")(?:" + "|".join(routes) + ")") \
+                if others and routes else None
+            mounts.append(Mount(Path(spec), bases, dialect, pattern, home, aliases))
         return cls(mounts)
+
+    @property
+    def bases(self) -> list[str]:
+        return [base for mount in self.mounts for base in mount.bases]
+
+    def aliased(self, path: str) -> str:
+        """`path`, or the same route under its document's home base path."""
+        for mount in self.mounts:
+            if mount.aliases is not None and (found := mount.aliases.match(path)):
+                return mount.home + path[found.end(1):]
+        return path
 
     def of(self, path: str) -> Dialect:
         for mount in self.mounts:

@@ -50,9 +50,9 @@ class Front:
                  tuned: bool = True, dialects: Dialects | None = None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        dialects = dialects or Dialects([])
+        self.dialects = dialects = dialects or Dialects([])     # other providers' APIs
         self.guard = Guard(settings=sim.settings, admin=is_admin, dialects=dialects,
-                           base_paths=(*base_paths, *[b for m in dialects.mounts for b in m.bases]))
+                           base_paths=(*base_paths, *dialects.bases))
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
@@ -108,6 +108,8 @@ class Front:
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted
+                if self.dialects.mounts and (home := self.dialects.aliased(path)) != path:
+                    scope = {**scope, "path": home, "raw_path": home.encode()}
                 op = self._operation(scope)
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:
