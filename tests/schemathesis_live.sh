@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # schemathesis against a live llmsim started as the README says (`llmsim serve --profile instant`):
-# every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1, then
-# openapi/admin.yaml on /llmsim), all checks, zero failures allowed. Prints how many test cases
+# every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1,
+# openapi/gemini.yaml on /v1beta and /v1, then openapi/admin.yaml on /llmsim), all checks, zero failures allowed. Prints how many test cases
 # schemathesis generated. Run from anywhere, after `pip install -e .`:
 #
 #     tests/schemathesis_live.sh            # MAX_EXAMPLES=50 SEED=1 by default
@@ -41,6 +41,8 @@ run() {  # run DOCUMENT BASE_PATH
 }
 run openapi/openapi.yaml /v1
 run openapi/openapi.yaml /openai/v1
+run openapi/gemini.yaml /v1beta
+run openapi/gemini.yaml /v1
 run openapi/admin.yaml /llmsim
 if grep -q "Traceback" "$WORK/server.log"; then
   cat "$WORK/server.log"; echo "the server logged a traceback"; exit 1

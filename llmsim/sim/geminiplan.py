@@ -16,6 +16,7 @@ Gemini's own:
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -126,15 +127,22 @@ def _turn(content: dict, role: str, path: str) -> inputs.Turn:
         if part.get("text") is not None:
             turn.texts.append(part["text"])
         elif call := part.get("functionCall"):
-            turn.texts += [call.get("name", ""), orjson.dumps(call.get("args") or {}).decode()]
+            turn.texts += [call.get("name", ""), _json(call.get("args") or {})]
         elif result := part.get("functionResponse"):
             turn.role = "tool"          # a function's result: the model answers it in text
-            turn.texts += [result.get("name", ""), orjson.dumps(result.get("response") or {}).decode()]
+            turn.texts += [result.get("name", ""), _json(result.get("response") or {})]
         elif (blob := part.get("inlineData") or part.get("fileData")) and \
                 str(blob.get("mimeType", "")).startswith("image/"):
             turn.images += 1
             turn.path = f"{path}.parts[{j}]"
     return turn
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:   # an integer beyond 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def count_tokens(req: dict, ctx: Context) -> GeminiPlan:
