@@ -180,6 +180,11 @@ def test_a_missing_or_wrong_key_is_unauthenticated(keyed, auth):
     check_error(generate(keyed, **auth), 401, "UNAUTHENTICATED")
 
 
+def test_a_wrong_key_is_called_incorrect_and_shown_masked(keyed):
+    error = check_error(generate(keyed, headers={"x-goog-api-key": "gk-wrong-key-1234"}), 401, "UNAUTHENTICATED")
+    assert "Incorrect API key provided: gk-****1234" in error["message"]
+
+
 def test_googles_key_places_do_not_open_openai_routes(keyed):
     response = keyed.post("/v1/chat/completions", headers={"x-goog-api-key": KEY},
                           json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
