@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
+from llmsim.api.dialects import Dialects
 from llmsim.api.guard import JSON, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
@@ -46,10 +47,12 @@ def is_admin(path: str) -> bool:
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
                  render_error: Callable[..., Response], base_paths: tuple[str, ...],
-                 tuned: bool = True, claim=None):
+                 tuned: bool = True, claim=None, dialects: Dialects | None = None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin)
+        self.dialects = dialects = dialects or Dialects([])     # other providers' APIs
+        self.guard = Guard(settings=sim.settings, admin=is_admin, dialects=dialects,
+                           base_paths=(*base_paths, *dialects.bases))
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
@@ -108,6 +111,8 @@ class Front:
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted
+                if self.dialects.mounts and (home := self.dialects.aliased(path)) != path:
+                    scope = {**scope, "path": home, "raw_path": home.encode()}
                 op = self._operation(scope)
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:

@@ -78,7 +78,7 @@ class Injection:
         if hasattr(plan, "filtered"):       # a plan that knows how a filter stops it (Anthropic's)
             plan.filtered(self.after_tokens)
             return plan
-        cut = _cut_chat if self.api == "chat" else _cut_response
+        cut = _cut_chat if hasattr(plan, "choices") else _cut_response    # Chat, Gemini / Responses
         cut(plan, self.after_tokens, self.injector.settings.usage)
         return plan
 
