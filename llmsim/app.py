@@ -36,7 +36,6 @@ from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
-from llmsim.api.dialects import Dialects
 from llmsim.api.methods import AllowedMethods
 from llmsim.api.validation import BodyValidator, unsupported_media_type
 from llmsim.api.websocket import ResponsesSocket
@@ -49,8 +48,6 @@ from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim")
 ADMIN_SPEC = datafiles.OPENAPI_DIR / "admin.yaml"     # llmsim's own routes, under /llmsim
-# Other providers' APIs: each document mounted on its own `servers` (llmsim.api.dialects).
-PROVIDER_SPECS = (datafiles.OPENAPI_DIR / "gemini.yaml",)
 # connexion problems by status, turned into our exception tree.
 PROBLEMS = {400: InvalidRequestError, 404: NotFoundError, 405: MethodNotAllowedError,
             413: PayloadTooLargeError, 415: UnsupportedMediaTypeError}
@@ -80,20 +77,18 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],
                        **{doc.errors: sim.templates[doc.errors] for doc in apis.documents}}
-    dialects = Dialects.load(PROVIDER_SPECS, base_paths)
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"]),
-                                   *[(doc.path, doc.own) for doc in apis.documents],
-                                   *[(mount.spec, mount.bases) for mount in dialects.mounts]])  # for 405s
+                                   *[(doc.path, doc.own) for doc in apis.documents]])  # for 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
         return getattr(groups[group], name)
 
     def render_error(exc: APIError, path: str | None = None) -> ConnexionResponse:
-        """`exc` in the envelope of the API `path` belongs to (llmsim.api.apis, llmsim.api.dialects)."""
+        """`exc` in the envelope of the API `path` belongs to (llmsim.api.apis)."""
         sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
-        errors = apis.errors_for(path)
-        template = error_templates[errors] if errors else sim.templates[dialects.of(path or "").errors]
+        document = apis.of(path)
+        template = error_templates[document.errors if document is not None else None]
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
                                  body=template.body_json(error=exc), headers=exc.headers)
 
@@ -136,17 +131,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
 
-    for doc in apis.documents:
+    for doc in apis.documents:      # each on its own base paths (its `servers`)
         for base in doc.own:
             app.add_api(doc.path, base_path=base, name=f"{doc.name}:{base}",
                         validator_map={"body": {"application/json": BodyValidator}},
                         strict_validation=False, validate_responses=False,
-                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
-    for mount in dialects.mounts:       # each on its own base path (llmsim.api.dialects)
-        app.add_api(mount.spec, base_path=mount.home, name=f"{mount.spec.stem}:{mount.home}",
-                    validator_map={"body": {"application/json": BodyValidator}},
-                    strict_validation=False, validate_responses=False,
-                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=mount.home not in base_paths))
+                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths))
@@ -167,5 +157,4 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         operations = json_operations(settings.spec_path, base_paths, resolve)
     return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(base_paths),
                  render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
-                 base_paths=base_paths + tuple(b for doc in apis.documents for b in doc.own),
-                 tuned=tuned, claim=apis.claim, dialects=dialects)
+                 base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
-from llmsim.api.dialects import Dialects
 from llmsim.api.guard import JSON, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
 
-if TYPE_CHECKING:   # a type only: `--server plain` never imports the fast lane
+if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
+    from llmsim.api.apis import Apis
     from llmsim.api.fastpath import Operation
 
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
@@ -47,17 +47,16 @@ def is_admin(path: str) -> bool:
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
                  render_error: Callable[..., Response], base_paths: tuple[str, ...],
-                 tuned: bool = True, claim=None, dialects: Dialects | None = None):
+                 tuned: bool = True, apis: Apis | None = None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
-        self.dialects = dialects = dialects or Dialects([])     # other providers' APIs
-        self.guard = Guard(settings=sim.settings, admin=is_admin, dialects=dialects,
-                           base_paths=(*base_paths, *dialects.bases))
+        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin, apis=apis)
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error        # (error, path): in the envelope of path's API
-        self.claim = claim                      # another API's header moves a request (llmsim.api.apis)
+        # other providers' documents (llmsim.api.apis): one moves a request it claims under its own base path
+        self.claim = apis.claim if apis is not None and apis.documents else None
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
 
@@ -111,8 +110,6 @@ class Front:
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted
-                if self.dialects.mounts and (home := self.dialects.aliased(path)) != path:
-                    scope = {**scope, "path": home, "raw_path": home.encode()}
                 op = self._operation(scope)
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:

@@ -1,11 +1,10 @@
 """`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
 
 * API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
-  base paths need `Authorization: Bearer <key>`, or the key where the path's API document also
-  takes one (llmsim.api.dialects: Gemini's `x-goog-api-key`, `?key=`), or `x-api-key`
-  (Anthropic's header); otherwise 401
-  `invalid_api_key`. `/health` and `/llmsim/...` stay open (with the bare base path `""` too:
-  every other path is the API's).
+  base paths need `Authorization: Bearer <key>`, or the key where the path's API document
+  takes one (its apiKey `securitySchemes`, llmsim.api.apis: Anthropic's `x-api-key`, Gemini's
+  `x-goog-api-key` or `?key=`); otherwise 401 `invalid_api_key`. `/health` and `/llmsim/...`
+  stay open (with the bare base path `""` too: every other path is the API's).
 * Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
   chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
 * A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send);
@@ -15,7 +14,6 @@
 from __future__ import annotations
 
 import hmac
-from urllib.parse import parse_qs
 
 from llmsim.api.validation import replay
 from llmsim.errors import APIError, AuthenticationError, PayloadTooLargeError
@@ -25,18 +23,20 @@ BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class Guard:
-    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False, dialects=None):
+    def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False, apis=None):
         self.keys = [key.encode() for key in (settings.api_keys or ())]
         self.limit = settings.max_body_bytes
         self.bases = tuple(base for base in base_paths if base)
         self.bare = "" in base_paths    # the API also without a prefix: every path but `admin`'s
         self.admin = admin
-        self.dialects = dialects        # llmsim.api.dialects: where else a path's API takes its key
+        self.apis = apis                # llmsim.api.apis: where else a path's API takes its key
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
-        if self.keys and self._protected(scope["path"]) and not self._authorized(headers, scope):
-            raise _auth_error(headers, self._other_keys(headers, scope))
+        if self.keys and self._protected(scope["path"]):
+            others = self._other_keys(scope, headers)
+            if not self._authorized(headers, others):
+                raise _auth_error(headers, others)
         if scope["type"] == "http":
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.limit:
@@ -73,25 +73,15 @@ class Guard:
             return True
         return any(path == base or path.startswith(base + "/") for base in self.bases)
 
-    def _authorized(self, headers: dict, scope) -> bool:
+    def _authorized(self, headers: dict, others: list[bytes]) -> bool:
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        token = token.strip()
-        if scheme.lower() != b"bearer":
-            token = headers.get(b"x-api-key", b"").strip()     # Anthropic's header, checked alike
-        if token and any(hmac.compare_digest(token, key) for key in self.keys):
-            return True
-        return any(hmac.compare_digest(given, key) for given in self._other_keys(headers, scope) for key in self.keys)
+        given = [token.strip(), *others] if scheme.lower() == b"bearer" else others
+        return any(hmac.compare_digest(token, key) for token in given for key in self.keys)
 
-    def _other_keys(self, headers: dict, scope) -> list[bytes]:
-        """The keys sent where the path's API also takes them (its document's apiKey schemes)."""
-        dialect = self.dialects.of(scope["path"]) if self.dialects is not None else None
-        if not dialect or not (dialect.key_headers or dialect.key_params):
-            return []
-        given = [headers[name].strip() for name in dialect.key_headers if name in headers]
-        if dialect.key_params:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            given += [value.strip().encode("latin-1") for name in dialect.key_params for value in query.get(name, ())]
-        return given
+    def _other_keys(self, scope, headers: dict) -> list[bytes]:
+        """The keys sent where the path's API document also takes them."""
+        document = self.apis.of(scope["path"]) if self.apis is not None else None
+        return document.keys(scope, headers) if document is not None else []
 
     def _too_large(self, length: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
@@ -124,8 +114,6 @@ async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
 
 def _auth_error(headers: dict, others: list[bytes]) -> AuthenticationError:
     given = headers.get(b"authorization")
-    if not given and headers.get(b"x-api-key"):
-        return AuthenticationError("invalid x-api-key")
     if not given and not others:
         return AuthenticationError(
             "You didn't provide an API key. You need to provide your API key in an Authorization "
