@@ -70,7 +70,7 @@ class Injection:
         when that is the fault."""
         effect = None if self.fault is None else self.fault.kind.effect
         if effect == "truncated_output":
-            truncate = _truncate_chat if self.api == "chat" else _truncate_response
+            truncate = _truncate_chat if hasattr(plan, "choices") else _truncate_response   # Chat, Gemini / Responses
             truncate(plan, self.injector.settings.usage)
             return plan
         if effect != "content_filter":
