@@ -36,6 +36,7 @@ from llmsim.api.handlers.config import ConfigHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
+from llmsim.api.handlers.gemini import GeminiHandlers
 from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.moderations import ModerationsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
@@ -83,6 +84,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["moderations"] = ModerationsHandlers(sim, current)
     groups["compaction"] = CompactionHandlers(sim, current)
     groups["chat_store"] = ChatStoreHandlers(sim)
+    groups["gemini"] = GeminiHandlers(sim, current)
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],
@@ -97,7 +99,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     def render_error(exc: APIError, path: str | None = None) -> ConnexionResponse:
         """`exc` in the envelope of the API `path` belongs to (llmsim.api.apis)."""
         sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
-        template = error_templates[apis.errors_for(path)]
+        document = apis.of(path)
+        template = error_templates[document.errors if document is not None else None]
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
                                  body=template.body_json(error=exc), headers=exc.headers)
 
@@ -140,12 +143,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
 
-    for doc in apis.documents:
+    for doc in apis.documents:      # each on its own base paths (its `servers`)
         for base in doc.own:
             app.add_api(doc.path, base_path=base, name=f"{doc.name}:{base}",
                         validator_map={"body": {"application/json": BodyValidator}},
                         strict_validation=False, validate_responses=False,
-                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
+                        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths))
@@ -166,5 +169,4 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         operations = json_operations(settings.spec_path, base_paths, resolve)
     return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(base_paths),
                  render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
-                 base_paths=base_paths + tuple(b for doc in apis.documents for b in doc.own),
-                 tuned=tuned, claim=apis.claim)
+                 base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)

@@ -16,6 +16,7 @@ OUTPUT_CAPS = ("max_output_tokens", "max_tokens", "max_completion_tokens")
 EMBEDDING_SIZE = 1536       # an embedding model's vector size (any model's, --allow-any-model)
 # The efforts of the catalogue's first model (gpt-5), which counts input tokens for a request naming none.
 DEFAULT_MODEL_EFFORTS = ("minimal", "low", "medium", "high", None)
+GEMINI_CONFIGS, GEMINI_CAPS = ("generationConfig", "generation_config"), ("maxOutputTokens", "max_output_tokens")
 
 
 CURSORS = ("after", "before")
@@ -25,6 +26,11 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
     for cap in OUTPUT_CAPS:
         if isinstance(body.get(cap), int) and not isinstance(body.get(cap), bool):
             body[cap] = min(body[cap], MODEL_OUTPUT_LIMIT)
+    for name in GEMINI_CONFIGS:                             # Gemini: generationConfig's cap
+        config = body.get(name)
+        for cap in GEMINI_CAPS:
+            if isinstance(config, dict) and isinstance(config.get(cap), int) and not isinstance(config[cap], bool):
+                config[cap] = min(config[cap], MODEL_OUTPUT_LIMIT)
     if body.get("previous_response_id") is not None:      # mutually exclusive with conversation
         body.pop("conversation", None)
     choice = body.get("tool_choice")                        # a named function must be a tool
@@ -43,6 +49,7 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
     if isinstance(body.get("profile"), str):                 # PATCH /llmsim/config: a profile of the data
         body["profile"] = "instant"
     obey_anthropics_rules(body)
+    gemini_allowed_functions_are_declared(body)
 
 
 def obey_anthropics_rules(body: dict) -> None:
@@ -58,6 +65,20 @@ def obey_anthropics_rules(body: dict) -> None:
                  and tool.get("type") in (None, "custom")}
         if choice.get("name") not in named - {None}:
             body["tool_choice"] = {"type": "auto"}
+
+
+def gemini_allowed_functions_are_declared(body: dict) -> None:
+    """Gemini: allowedFunctionNames may name only declared functions (either spelling of each field)."""
+    declared = {fn.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)
+                for key in ("functionDeclarations", "function_declarations")
+                for fn in tool.get(key) or () if isinstance(fn, dict)}
+    for config_key in ("toolConfig", "tool_config"):
+        config = body.get(config_key)
+        for calling_key in ("functionCallingConfig", "function_calling_config"):
+            calling = config.get(calling_key) if isinstance(config, dict) else None
+            for names_key in ("allowedFunctionNames", "allowed_function_names"):
+                if isinstance(calling, dict) and isinstance(calling.get(names_key), list):
+                    calling[names_key] = [name for name in calling[names_key] if name in declared]
 
 
 @schemathesis.hook

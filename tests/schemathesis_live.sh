@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # schemathesis against a live llmsim started as the README says (`llmsim serve --profile instant`):
 # every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1,
-# openapi/anthropic.yaml on /anthropic/v1 and /v1, then openapi/admin.yaml on /llmsim), all
-# checks, zero failures allowed. Prints how many test cases
+# openapi/anthropic.yaml on /anthropic/v1 and /v1, openapi/gemini.yaml on /v1beta and /v1, then
+# openapi/admin.yaml on /llmsim), all checks, zero failures allowed. Prints how many test cases
 # schemathesis generated. Run from anywhere, after `pip install -e .`:
 #
 #     tests/schemathesis_live.sh            # MAX_EXAMPLES=50 SEED=1 by default
@@ -48,6 +48,8 @@ run openapi/openapi.yaml /v1
 run openapi/openapi.yaml /openai/v1
 run openapi/anthropic.yaml /anthropic/v1
 run openapi/anthropic.yaml /v1 -H "anthropic-version: 2023-06-01"     # the SDK's header claims /v1
+run openapi/gemini.yaml /v1beta
+run openapi/gemini.yaml /v1
 run openapi/admin.yaml /llmsim
 if grep -q "Traceback" "$WORK/server.log"; then
   cat "$WORK/server.log"; echo "the server logged a traceback"; exit 1

@@ -1,19 +1,35 @@
 """The other providers' APIs: every OpenAPI document in openapi/ with an `x-llmsim` block
-(openapi/anthropic.yaml), mounted beside the OpenAI document, each answering errors in its
-own envelope. All of it is read from the documents; nothing here names a provider.
+(openapi/anthropic.yaml, openapi/gemini.yaml), mounted beside the OpenAI document, each
+answering errors in its own envelope and taking API keys where its provider does. All of it
+is read from the documents; nothing here names a provider.
 
-A document is mounted under each of its `servers` (`/anthropic/v1`), and every error under
-those is rendered by the template `x-llmsim.errors` names. Under each of `x-llmsim.shared`
-(base paths the OpenAI document uses: `/v1`) a request is moved under the document's first
-server when it carries `x-llmsim.header`, or when its path is one of the document's that the
-OpenAI document lacks (`/v1/messages` is `/anthropic/v1/messages`; `GET /v1/models` with
-`anthropic-version` is Anthropic's list).
+    servers: [{url: /anthropic/v1}]     # its own base paths: it is mounted on each
+    x-llmsim:
+      errors: anthropic_errors          # the template of its error envelope
+      header: anthropic-version         # optional: this header claims a request (below)
+      shared: [/v1]                     # optional: base paths it shares with the OpenAI document
+    components:
+      securitySchemes:                  # apiKey schemes: where else a key may be sent
+        ApiKey: {type: apiKey, in: header, name: x-api-key}
+
+Every path under a document's own base paths is the document's: its errors are rendered by
+`errors` (`of(path).errors`), and a key sent where one of its apiKey schemes says (a header,
+a query parameter) is checked like `Authorization: Bearer` (llmsim.api.guard).
+
+A request under one of `shared` is claimed, moved to the same path under the document's
+first server, when it carries `header` or when its path is one of the document's that the
+OpenAI document lacks: `/v1/messages` is `/anthropic/v1/messages`, `GET /v1/models` with
+`anthropic-version` is Anthropic's list, `/v1/models/gemini-2.5-flash:generateContent` is
+`/v1beta/models/gemini-2.5-flash:generateContent`. (Mounted on `/v1` itself, beside the
+OpenAI document, connexion would not reach such a route: OpenAI's `GET /models/{model}`
+matches it by its path, and the answer would be a 405.)
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from llmsim import datafiles
 
@@ -29,11 +45,37 @@ class Document:
     header: bytes | None           # claims every request under a shared base path
     shared: tuple[str, ...]        # the base paths it shares with the OpenAI document
     paths: re.Pattern | None       # its paths that the OpenAI document lacks
+    key_headers: tuple[bytes, ...]  # headers that may carry an API key (apiKey schemes)
+    key_params: tuple[str, ...]    # query parameters that may carry one
+
+    def keys(self, scope, headers: dict) -> list[bytes]:
+        """The keys the request sends where this document takes them."""
+        given = [headers[name].strip() for name in self.key_headers if headers.get(name)]
+        if self.key_params and scope.get("query_string"):
+            query = parse_qs(scope["query_string"].decode("latin-1"))
+            given += [value.strip().encode("latin-1") for name in self.key_params for value in query.get(name, ())]
+        return given
 
 
 def _shape(path: str) -> str:
     """A path with its parameters unnamed: `/models/{model}` and `/models/{model_id}` are one route."""
     return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def _document(path: Path, taken: set[str]) -> Document:
+    doc = datafiles.read_yaml(path)
+    marks = doc["x-llmsim"]
+    own = tuple(server["url"].rstrip("/") for server in doc["servers"])
+    mine = [re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(p)) for p in doc["paths"] if _shape(p) not in taken]
+    header = marks.get("header")
+    schemes = [s for s in ((doc.get("components") or {}).get("securitySchemes") or {}).values()
+               if s.get("type") == "apiKey"]
+    return Document(path, path.stem, own, marks["errors"],
+                    header.lower().encode() if header else None,
+                    tuple(b.rstrip("/") for b in marks.get("shared") or ()),
+                    re.compile("|".join(mine)) if mine else None,
+                    tuple(s["name"].lower().encode() for s in schemes if s.get("in") == "header"),
+                    tuple(s["name"] for s in schemes if s.get("in") == "query"))
 
 
 class Apis:
@@ -50,23 +92,20 @@ class Apis:
                 continue
             if taken is None:
                 taken = {_shape(p) for p in datafiles.read_yaml(main).get("paths") or ()}
-            doc = datafiles.read_yaml(path)
-            marks = doc["x-llmsim"]
-            own = tuple(server["url"].rstrip("/") for server in doc["servers"])
-            mine = [re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(p)) for p in doc["paths"] if _shape(p) not in taken]
-            header = marks.get("header")
-            documents.append(Document(path, path.stem, own, marks["errors"],
-                                      header.lower().encode() if header else None,
-                                      tuple(b.rstrip("/") for b in marks.get("shared") or ()),
-                                      re.compile("|".join(mine)) if mine else None))
+            documents.append(_document(path, taken))
         return cls(documents)
 
-    def errors_for(self, path: str | None) -> str | None:
-        """The error template of the document `path` belongs to (None: the OpenAI document's)."""
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """Every document's own base paths."""
+        return tuple(base for doc in self.documents for base in doc.own)
+
+    def of(self, path: str | None) -> Document | None:
+        """The document `path` (as served: claimed) belongs to; None: the OpenAI document."""
         if path is not None:
             for doc in self.documents:
                 if any(path == base or path.startswith(base + "/") for base in doc.own):
-                    return doc.errors
+                    return doc
         return None
 
     def claim(self, scope, headers: dict):

@@ -31,7 +31,8 @@ from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
 
-if TYPE_CHECKING:   # a type only: `--server plain` never imports the fast lane
+if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
+    from llmsim.api.apis import Apis
     from llmsim.api.fastpath import Operation
 
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
@@ -55,16 +56,17 @@ def is_admin(path: str) -> bool:
 class Front:
     def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
                  render_error: Callable[..., Response], base_paths: tuple[str, ...],
-                 tuned: bool = True, claim=None):
+                 tuned: bool = True, apis: Apis | None = None):
         self.app = app                          # connexion: every route not served here
         self.observer = Observer(sim, gc_policy=tuned)
         self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin,
-                           access=Access())
+                           access=Access(), apis=apis)
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error        # (error, path): in the envelope of path's API
-        self.claim = claim                      # another API's header moves a request (llmsim.api.apis)
+        # other providers' documents (llmsim.api.apis): one moves a request it claims under its own base path
+        self.claim = apis.claim if apis is not None and apis.documents else None
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
         # one process: no other runs background responses, so any a persistent store holds as

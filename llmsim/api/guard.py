@@ -1,8 +1,10 @@
 """`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
 
 * API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
-  base paths need `Authorization: Bearer <key>` (or `x-api-key: <key>`, Anthropic's header); otherwise 401 `invalid_api_key` (with the
-  bare base path `""` too: every path but llmsim's own is the API's).
+  base paths need `Authorization: Bearer <key>`, or the key where the path's API document
+  takes one (its apiKey `securitySchemes`, llmsim.api.apis: Anthropic's `x-api-key`, Gemini's
+  `x-goog-api-key` or `?key=`); otherwise 401 `invalid_api_key` (with the bare base path `""`
+  too: every path but llmsim's own is the API's).
 * llmsim's own routes (`/health`, `/metrics`, `/llmsim/...`, whichever document declares them):
   with API keys or an `admin_key` configured, those that change behaviour (every method but
   the read-only ones openapi/admin.yaml lists under `x-llmsim-access`) need the admin key
@@ -37,7 +39,7 @@ class Access:
 
 class Guard:
     def __init__(self, *, settings, base_paths: tuple[str, ...], admin=lambda path: False,
-                 access: Access | None = None):
+                 access: Access | None = None, apis=None):
         self.keys = [key.encode() for key in (settings.api_keys or ())]
         self.admin_key = settings.admin_key.encode() if settings.admin_key else None
         self.access = access or Access()
@@ -47,14 +49,17 @@ class Guard:
         self.bases = tuple(base for base in base_paths if base)
         self.bare = "" in base_paths    # the API also without a prefix: every path but `admin`'s
         self.admin = admin
+        self.apis = apis                # llmsim.api.apis: where else a path's API takes its key
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
         path = scope["path"]
         if self.locked and self.admin(path):
             self._check_admin(path, scope.get("method", "GET"), headers)
-        elif self.keys and self._protected(path) and not self._authorized(headers, self.keys):
-            raise _auth_error(headers)
+        elif self.keys and self._protected(path):
+            others = self._other_keys(scope, headers)
+            if not self._authorized(headers, self.keys, others):
+                raise _auth_error(headers, others)
         if scope["type"] == "http":
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.limit:
@@ -101,18 +106,23 @@ class Guard:
             raise _admin_error(headers, self.admin_key is not None)
 
     @staticmethod
-    def _authorized(headers: dict, keys) -> bool:
-        """Whether the request's Bearer token is one of `keys` (None entries never match),
-        compared in constant time with every key."""
+    def _authorized(headers: dict, keys, others: list[bytes] = ()) -> bool:
+        """Whether the request's Bearer token, or a key sent where its API takes one
+        (`others`), is one of `keys` (None entries never match); every pair is compared, in
+        constant time."""
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        token = token.strip()
-        if scheme.lower() != b"bearer":
-            token = headers.get(b"x-api-key", b"").strip()     # Anthropic's header, checked alike
+        given = [token.strip(), *others] if scheme.lower() == b"bearer" else list(others)
         found = False
-        for key in keys:
-            if key is not None:
-                found |= hmac.compare_digest(token, key)
-        return found and bool(token)
+        for sent in given:
+            for key in keys:
+                if key is not None and sent:
+                    found |= hmac.compare_digest(sent, key)
+        return found
+
+    def _other_keys(self, scope, headers: dict) -> list[bytes]:
+        """The keys sent where the path's API document also takes them."""
+        document = self.apis.of(scope["path"]) if self.apis is not None else None
+        return document.keys(scope, headers) if document is not None else []
 
     def _too_large(self, length: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
@@ -143,15 +153,13 @@ async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
     await send({"type": "websocket.http.response.body", "body": body})
 
 
-def _auth_error(headers: dict) -> AuthenticationError:
+def _auth_error(headers: dict, others: list[bytes] = ()) -> AuthenticationError:
     given = headers.get(b"authorization")
-    if not given and headers.get(b"x-api-key"):
-        return AuthenticationError("invalid x-api-key")
-    if not given:
+    if not given and not others:
         return AuthenticationError(
             "You didn't provide an API key. You need to provide your API key in an Authorization "
             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
-    token = given.partition(b" ")[2].strip().decode("latin-1")
+    token = (given.partition(b" ")[2].strip() if given else others[0]).decode("latin-1")
     shown = f"{token[:3]}{'*' * 4}{token[-4:]}" if len(token) > 8 else "*" * len(token)
     return AuthenticationError(f"Incorrect API key provided: {shown}. You can find your API key "
                                "at https://platform.openai.com/account/api-keys.")

@@ -70,7 +70,7 @@ class Injection:
         when that is the fault."""
         effect = None if self.fault is None else self.fault.kind.effect
         if effect == "truncated_output":
-            truncate = _truncate_chat if self.api == "chat" else _truncate_response
+            truncate = _truncate_chat if hasattr(plan, "choices") else _truncate_response   # Chat, Gemini / Responses
             truncate(plan, self.injector.settings.usage)
             return plan
         if effect != "content_filter":
@@ -78,7 +78,7 @@ class Injection:
         if hasattr(plan, "filtered"):       # a plan that knows how a filter stops it (Anthropic's)
             plan.filtered(self.after_tokens)
             return plan
-        cut = _cut_chat if self.api in ("chat", "completions") else _cut_response
+        cut = _cut_chat if hasattr(plan, "choices") else _cut_response    # Chat, Gemini / Responses
         cut(plan, self.after_tokens, self.injector.settings.usage)
         return plan
 

@@ -1,0 +1,51 @@
+"""The Gemini API (openapi/gemini.yaml): models/{model}:generateContent, :streamGenerateContent
+(alt=sse) and :countTokens. The request is read in camelCase whichever spelling it used."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+from llmsim.sim import geminiplan
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.api.current import Current
+    from llmsim.simulator import Simulator
+
+API = "gemini"      # its name to faults (templates/faults.yaml) and stats
+
+
+class GeminiHandlers:
+    def __init__(self, sim: Simulator, current: Current):
+        self.sim = sim
+        self.received_at, self.request_headers = current.received_at, current.request_headers
+        self.template = sim.templates["gemini"]
+
+    async def generate(self, model: str, body: dict):
+        return await self._answer(model, body, stream=False)
+
+    async def stream(self, model: str, body: dict, alt: str = "sse"):
+        return await self._answer(model, body, stream=True)
+
+    async def count_tokens(self, model: str, body: dict):
+        plan = geminiplan.count_tokens(geminiplan.camel_case(body), self.sim.context(model))
+        return transport.json_response(self.template.body_json(shape="count_tokens", plan=plan, req=body))
+
+    async def _answer(self, model: str, body: dict, stream: bool):
+        sim = self.sim
+        start = sim.clock.began(self.received_at())
+        req = {**geminiplan.camel_case(body), "model": model, "stream": stream}   # what faults read
+        fault = sim.faults.begin(API, req, self.request_headers())
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        plan = geminiplan.plan_generate(req, sim.context(model))
+        if fault:
+            plan = fault.shape(plan)
+        sim.stats.record(plan, API, stream)
+        if stream:
+            frames = fault.frames(self.template, plan=plan, req=req)
+            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
+                                                         sim.stats.lateness))
+        if plan.end_at or not sim.clock.realtime:
+            await sim.clock.sleep_until(start + plan.end_at)
+        return transport.json_response(self.template.body_json(shape="generate", plan=plan, req=req))
