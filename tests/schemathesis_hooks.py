@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import schemathesis
 
+from llmsim.faults.kinds import load_kinds
+
 # A model's output limit is per model (llmsim/data/models.yaml); the catalogue's smallest.
 MODEL_OUTPUT_LIMIT = 16384
 OUTPUT_CAPS = ("max_output_tokens", "max_tokens", "max_completion_tokens")
@@ -19,10 +21,14 @@ DEFAULT_MODEL_EFFORTS = ("minimal", "low", "medium", "high", None)
 GEMINI_CONFIGS, GEMINI_CAPS = ("generationConfig", "generation_config"), ("maxOutputTokens", "max_output_tokens")
 
 
+# Fault kinds are the catalogue's (llmsim/data/faults.yaml, or a --data DIR's): data the document
+# cannot list, so /llmsim/faults and PATCH /llmsim/config bodies name the packaged ones.
+KINDS = tuple(load_kinds())
 CURSORS = ("after", "before")
 
 
 def obey_rules_the_document_cannot_state(body: dict) -> None:
+    name_known_fault_kinds(body)
     for cap in OUTPUT_CAPS:
         if isinstance(body.get(cap), int) and not isinstance(body.get(cap), bool):
             body[cap] = min(body[cap], MODEL_OUTPUT_LIMIT)
@@ -50,6 +56,15 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         body["profile"] = "instant"
     obey_anthropics_rules(body)
     gemini_allowed_functions_are_declared(body)
+
+
+def name_known_fault_kinds(body: dict) -> None:
+    if isinstance(body.get("errors"), dict):
+        body["errors"] = {kind if kind in KINDS else KINDS[i % len(KINDS)]: rate
+                          for i, (kind, rate) in enumerate(body["errors"].items())}
+    for entry in body.get("schedule") if isinstance(body.get("schedule"), list) else ():
+        if isinstance(entry, dict) and entry.get("kind") not in KINDS:
+            entry["kind"] = KINDS[0]
 
 
 def obey_anthropics_rules(body: dict) -> None:

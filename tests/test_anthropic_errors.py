@@ -211,3 +211,11 @@ def test_answers_are_counted_in_stats(server, client):
     after = httpx.get(server.url + "/llmsim/stats").json()
     assert after["endpoints"]["messages"]["requests"] > before["endpoints"].get("messages", {}).get("requests", 0)
     assert after["models"][MODEL]["completion_tokens"] >= 20
+
+
+def test_truncated_output_stops_at_max_tokens_with_half_the_text(client):
+    whole = client.messages.create(**ARGS)
+    cut = client.messages.create(**ARGS, **fault("truncated_output"))
+    assert cut.stop_reason == "max_tokens"
+    assert cut.usage.output_tokens == whole.usage.output_tokens // 2
+    assert whole.content[0].text.startswith(cut.content[0].text)

@@ -70,6 +70,9 @@ class Injection:
         when that is the fault."""
         effect = None if self.fault is None else self.fault.kind.effect
         if effect == "truncated_output":
+            if hasattr(plan, "truncated"):  # a plan that knows how it is cut short (Anthropic's)
+                plan.truncated()
+                return plan
             truncate = _truncate_chat if hasattr(plan, "choices") else _truncate_response   # Chat, Gemini / Responses
             truncate(plan, self.injector.settings.usage)
             return plan

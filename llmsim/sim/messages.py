@@ -90,6 +90,11 @@ class MessagePlan:
         self.usage.cached_tokens = read
         self.stop_reason, self.stop_sequence = "refusal", None
 
+    def truncated(self) -> None:
+        """truncated_output: the text cut in half, as if `max_tokens` had stopped it."""
+        self.filtered(sum(len(b.pieces) for b in self.blocks if b.kind == "text") // 2)
+        self.stop_reason = "max_tokens"
+
 
 def turns(body: dict) -> list[inputs.Turn]:
     """The conversation as turns: the system prompt, the messages, and the tool definitions."""
