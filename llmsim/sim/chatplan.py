@@ -240,23 +240,8 @@ def _stops(stop: Any) -> list[str]:
 
 
 def _stop(text: textgen.Text, stops: list[str], encoding: str) -> textgen.Text:
-    """The text up to (not including) the first stop sequence, as the model would stop there."""
-    if not stops:
-        return text
-    hits = [i for i in (text.text.find(s) for s in stops) if i >= 0]
-    if not hits:
-        return text
-    end = min(hits)
-    pieces, length = [], 0
-    for piece in text.pieces:
-        if length + len(piece) > end:
-            if end > length:
-                pieces.append(piece[:end - length])
-            break
-        pieces.append(piece)
-        length += len(piece)
-    kept = "".join(pieces)
-    return textgen.Text(tuple(pieces), kept, tokens.count(kept, encoding), False)
+    """The text before the first stop sequence in it (llmsim.sim.textgen.stopped)."""
+    return textgen.stopped(text, stops, encoding)[0]
 
 
 def _cut(text: textgen.Text, room: int, encoding: str) -> textgen.Text:

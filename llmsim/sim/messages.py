@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, tokens, toolcalls
+from llmsim.sim import inputs, latency, textgen, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, visible_text
 
 THINKING_EFFORT = "medium"      # reasoning.yaml's multiplier that sizes a thinking block
@@ -229,24 +229,6 @@ def _thinking_budget(body: dict, cap: int) -> int | None:
     return budget
 
 
-def _stop(text: textgen.Text, stops: list[str], encoding: str) -> tuple[textgen.Text, str | None]:
-    """The text before the first stop sequence in it, and that sequence (None: none found)."""
-    hits = [(i, s) for s in stops if s and (i := text.text.find(s)) >= 0]
-    if not hits:
-        return text, None
-    end, found = min(hits, key=lambda hit: hit[0])
-    pieces, length = [], 0
-    for piece in text.pieces:
-        if length + len(piece) > end:
-            if end > length:
-                pieces.append(piece[:end - length])
-            break
-        pieces.append(piece)
-        length += len(piece)
-    kept = "".join(pieces)
-    return textgen.Text(tuple(pieces), kept, tokens.count(kept, encoding), False), found
-
-
 def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> MessagePlan:
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
@@ -274,7 +256,7 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
     else:
         text = visible_text(ctx, conversation, None)
         if body.get("stop_sequences"):
-            text, stop_sequence = _stop(text, body["stop_sequences"], enc)
+            text, stop_sequence = textgen.stopped(text, body["stop_sequences"], enc)
         wanted = text.tokens
     thinking = None
     if budget is not None:

@@ -138,3 +138,22 @@ def _pieces(enc, ids: list[int]) -> list[str]:
 def words_text(n: int, rng: random.Random) -> str:
     """n words of filler, for reasoning summaries."""
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." if n else ""
+
+
+def stopped(text: Text, stops: Iterable[str], encoding_name: str) -> tuple[Text, str | None]:
+    """The text before the first stop sequence it holds, and that sequence (None: none found).
+    The cut falls inside a token when a sequence starts there; empty sequences never match."""
+    hits = [(i, stop) for stop in stops if stop and (i := text.text.find(stop)) >= 0]
+    if not hits:
+        return text, None
+    end, found = min(hits, key=lambda hit: hit[0])
+    pieces, length = [], 0
+    for piece in text.pieces:
+        if length + len(piece) > end:
+            if end > length:
+                pieces.append(piece[:end - length])
+            break
+        pieces.append(piece)
+        length += len(piece)
+    kept = "".join(pieces)
+    return Text(tuple(pieces), kept, tokens.count(kept, encoding_name), False), found
