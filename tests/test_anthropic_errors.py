@@ -5,12 +5,11 @@ size, every immediate fault kind with Anthropic's status and type, mid-stream fa
 reference (tests/anthropic_schemas.py)."""
 from __future__ import annotations
 
-import json
-
 import anthropic
 import httpx
 import pytest
 
+import sse
 from anthropic_schemas import check_body, check_event
 from conftest import LiveServer
 from llmsim.faults.kinds import load_kinds
@@ -162,17 +161,12 @@ def test_the_sdk_retries_an_overload_and_then_succeeds(server):
 
 
 def stream_events(server, value: str) -> list[tuple[str, dict]]:
-    events, name = [], None
     with httpx.stream("POST", server.url + "/v1/messages", json={**ARGS, "stream": True}, timeout=30,
                       headers={"x-api-key": KEY, "x-llmsim-fault": value}) as response:
         assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[len("event: "):]
-            elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
-                check_event(name, data)
-                events.append((name, data))
+        events = sse.parse(response.read().decode())    # strict: frames end with a blank line
+    for name, data in events:
+        check_event(name, data)
     return events
 
 

@@ -11,6 +11,7 @@ import httpx
 import jsonschema
 import pytest
 
+import sse
 from anthropic_schemas import check_body, check_event
 from conftest import LiveServer
 
@@ -42,19 +43,13 @@ def raw_message(client, **kwargs) -> dict:
 
 def sse_events(server, body: dict, path: str = "/v1/messages") -> list[tuple[str, dict]]:
     """A stream's (event name, data) pairs, each checked against the reference."""
-    events = []
     with httpx.stream("POST", server.url + path, json={**body, "stream": True}, timeout=30,
                       headers={"anthropic-version": "2023-06-01", "x-api-key": "k"}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        name = None
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[len("event: "):]
-            elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
-                check_event(name, data)
-                events.append((name, data))
+        events = sse.parse(response.read().decode())    # strict: frames end with a blank line
+    for name, data in events:
+        check_event(name, data)
     return events
 
 
