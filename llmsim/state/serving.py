@@ -189,10 +189,11 @@ class Serving:
             found = self._params[profile.name] = params(settings, profile)
         return found
 
-    async def admit(self, p: Params, plan, body: dict, turns: list, encoding: str, start: float) -> Ticket:
+    async def admit(self, p: Params, plan, key: str | None, turns: list, encoding: str, start: float) -> Ticket:
         """Wait for a slot (429 when the queue is full), look the input up in the prefix cache
-        (setting `plan.usage.cached_tokens`), and say when the answer's clock starts: after
-        the wait, and after prefilling the uncached input tokens."""
+        (in the partition of `key`, the request's `prompt_cache_key`; setting
+        `plan.usage.cached_tokens`), and say when the answer's clock starts: after the wait,
+        and after prefilling the uncached input tokens."""
         model = plan.model
         slots = self.models.get(model)
         if slots is None:
@@ -203,7 +204,7 @@ class Serving:
         try:
             usage = plan.usage
             if p.prefix_cache:
-                hashes = prefixcache.block_hashes(model, body.get("prompt_cache_key"), token_ids(turns, encoding),
+                hashes = prefixcache.block_hashes(model, key, token_ids(turns, encoding),
                                                   p.block_tokens, usage.input_tokens)
                 hits = await self.cache.lookup(model, hashes, p.cache_blocks, p.block_tokens)
                 usage.cached_tokens = hits * p.block_tokens

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from llmsim.api import answer
 from llmsim.pacing import transport
 from llmsim.sim import messages
 
@@ -36,14 +37,7 @@ class AnthropicHandlers:
         if fault:
             plan = fault.shape(plan)
         sim.stats.record(plan, "messages", bool(body.get("stream")))
-        if body.get("stream"):
-            frames = fault.frames(self.template, plan=plan, req=body)
-            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
-                                                         sim.stats.lateness))
-        if plan.end_at or not self.sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan, req=body))
+        return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, req=body)
 
     async def count_tokens(self, body: dict):
         model = self.sim.catalogue.get(body["model"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.api import ratelimiting
+from llmsim.api import answer, ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import chatplan, inputs
 from llmsim.state.chats import ChatStore
@@ -46,29 +46,16 @@ class ChatHandlers:
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on
-        if sim.serving.settings is not sim.settings:
-            sim.serving.refresh(sim.settings)
-        if sim.serving.on and (serving := sim.serving.params(sim.settings, ctx.profile)) is not None:
-            ticket = await sim.serving.admit(serving, plan, body, inputs.chat_turns(body["messages"]),
-                                             ctx.model.encoding, start)
-            start = ticket.start
+        if (serving := answer.serving(sim, ctx.profile)) is not None:
+            ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"),
+                                             inputs.chat_turns(body["messages"]), ctx.model.encoding, start)
         sim.stats.record(plan, "chat", bool(body.get("stream")))
         if body.get("stream"):
             if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))
-            frames = fault.frames(self.template, plan=plan, req=body)
-            if ticket is not None:
-                frames = ticket.timed(frames)
-            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
-                                                         sim.stats.lateness))
-        if ticket is not None:
-            try:
-                await sim.clock.sleep_until(start + ticket.end_at(plan.end_at))
-            finally:
-                ticket.release()
-        elif plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
-            await sim.clock.sleep_until(start + plan.end_at)
+            return transport.SSEResponse(answer.events(sim, fault.frames(self.template, plan=plan, req=body),
+                                                       start, ticket))
+        await answer.wait(sim, plan, start, ticket)
         content = self.template.body_json(plan=plan, req=body)
         if body.get("store"):
             await self.stored.save(body, content)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.pacing import transport
+from llmsim.api import answer
 from llmsim.sim import compaction
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
@@ -28,6 +28,4 @@ class CompactionHandlers:
         items = [*prior.items, *sim.state.shaped(sim.state.input_items(body, ctx.rng))]
         plan = compaction.plan_compaction(body, ctx, items)
         sim.stats.record(plan, "responses")
-        if plan.end_at or not sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan))
+        return await answer.reply(sim, self.template, plan, start)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.pacing import transport
+from llmsim.api import answer
 from llmsim.sim import completionplan
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
@@ -27,11 +27,4 @@ class CompletionsHandlers:
         if fault:                       # a content filter cuts the choices
             plan = fault.shape(plan)
         sim.stats.record(plan, "completions", bool(body.get("stream")))
-        if body.get("stream"):
-            frames = fault.frames(self.template, plan=plan, req=body)
-            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
-                                                         sim.stats.lateness))
-        if plan.end_at or not sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan, req=body))
+        return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, req=body)

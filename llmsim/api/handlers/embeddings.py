@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.pacing import transport
+from llmsim.api import answer
 from llmsim.sim import embeddings
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
@@ -25,6 +25,4 @@ class EmbeddingsHandlers:
             await fault.wait()
         plan = embeddings.plan_embeddings(body, sim.context(body["model"]), body["model"] in sim.catalogue.models)
         sim.stats.record(plan, "embeddings")
-        if plan.end_at or not sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan))
+        return await answer.reply(sim, self.template, plan, start)

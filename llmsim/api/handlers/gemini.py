@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.api import answer
 from llmsim.pacing import transport
 from llmsim.sim import geminiplan
 
@@ -41,11 +42,4 @@ class GeminiHandlers:
         if fault:
             plan = fault.shape(plan)
         sim.stats.record(plan, API, stream)
-        if stream:
-            frames = fault.frames(self.template, plan=plan, req=req)
-            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            return transport.SSEResponse(transport.Paced(frames, start, sim.clock, keepalive,
-                                                         sim.stats.lateness))
-        if plan.end_at or not sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(shape="generate", plan=plan, req=req))
+        return await answer.reply(sim, self.template, plan, start, stream, fault, req=req, shape="generate")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.pacing import transport
+from llmsim.api import answer
 from llmsim.sim import latency, moderation
 from llmsim.sim.plan import Usage
 
@@ -35,6 +35,4 @@ class ModerationsHandlers:
         plan = moderation.ModerationPlan(sim.ids.make("moderation", rng), model, results,
                                          Usage(n, 0, 0, n), sched.first_token, sched.end)
         sim.stats.record(plan, "moderations")
-        if plan.end_at or not sim.clock.realtime:
-            await sim.clock.sleep_until(start + plan.end_at)
-        return transport.json_response(self.template.body_json(plan=plan))
+        return await answer.reply(sim, self.template, plan, start)

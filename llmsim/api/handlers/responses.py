@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.api import ratelimiting
+from llmsim.api import answer, ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
@@ -47,12 +47,10 @@ class ResponsesHandlers:
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
         ticket = None                   # the serving model's (llmsim.state.serving), when on
-        if sim.serving.settings is not sim.settings:
-            sim.serving.refresh(sim.settings)
-        if sim.serving.on and not body.get("background"):
-            ticket = await self.admit(ctx, plan, body, prior, start)
-            if ticket is not None:
-                start = ticket.start
+        if not body.get("background") and (serving := answer.serving(sim, ctx.profile)) is not None:
+            ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"),
+                                             [*(prior.turns or ()), *inputs.responses_turns(body)],
+                                             ctx.model.encoding, start)
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
         sim.stats.record(plan, "responses", bool(body.get("stream")))
@@ -61,22 +59,12 @@ class ResponsesHandlers:
             job, queued = await sim.state.jobs.start(body, prior, own, events, start)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
-            frames = fault.frames(self.template, plan=plan, req=body)
-            if ticket is not None:
-                frames = ticket.timed(frames)
-            keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-            chunks = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+            chunks = answer.events(sim, fault.frames(self.template, plan=plan, req=body), start, ticket)
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = sim.state.recorded(chunks, body, prior, own, replay)
             return transport.SSEResponse(chunks)
-        if ticket is not None:
-            try:
-                await sim.clock.sleep_until(start + ticket.end_at(plan.end_at))
-            finally:
-                ticket.release()
-        elif plan.end_at or not sim.clock.realtime:    # an instant answer waits for nothing
-            await sim.clock.sleep_until(start + plan.end_at)
+        await answer.wait(sim, plan, start, ticket)
         content = self.template.body_json(plan=plan, req=body)
         if store:                                           # the store keeps these bytes
             if not sim.state.saved_now(body, prior, own, content, plan):
@@ -84,12 +72,3 @@ class ResponsesHandlers:
             if prior.conversation:                          # its items join the conversation
                 await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
-
-    async def admit(self, ctx, plan, body: dict, prior, start: float):
-        """The serving model's ticket for this request (None: off for its model)."""
-        serving = self.sim.serving
-        params = serving.params(self.sim.settings, ctx.profile)
-        if params is None:
-            return None
-        turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
-        return await serving.admit(params, plan, body, turns, ctx.model.encoding, start)

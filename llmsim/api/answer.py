@@ -1,0 +1,49 @@
+"""How every generating handler ends: the serving model's admission (llmsim.state.serving)
+when it is on for the model, then paced SSE events when streaming, else the JSON body once
+the plan's end has come."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.pacing import transport
+
+if TYPE_CHECKING:   # types only: the composition root sits above the API
+    from llmsim.simulator import Simulator
+
+
+def serving(sim: Simulator, profile):
+    """The serving model's parameters for a model of `profile` (None: off for it)."""
+    if sim.serving.settings is not sim.settings:    # changed at runtime
+        sim.serving.refresh(sim.settings)
+    return sim.serving.params(sim.settings, profile) if sim.serving.on else None
+
+
+def events(sim: Simulator, frames, start: float, ticket=None) -> transport.Paced:
+    """A stream's (due time, frame) pairs paced from `start`, each gap after the first token
+    slowed by the load when the serving model admitted it (`ticket`)."""
+    if ticket is not None:
+        frames, start = ticket.timed(frames), ticket.start
+    keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
+    return transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+
+
+async def wait(sim: Simulator, plan, start: float, ticket=None) -> None:
+    """Wait until a whole answer's end (`plan.end_at`, slowed by the load with a `ticket`,
+    whose slot it then gives back); an instant answer on the real clock waits for nothing."""
+    if ticket is not None:
+        try:
+            await sim.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
+        finally:
+            ticket.release()
+    elif plan.end_at or not sim.clock.realtime:
+        await sim.clock.sleep_until(start + plan.end_at)
+
+
+async def reply(sim: Simulator, template, plan, start: float, stream: bool = False, fault=None,
+                ticket=None, **variables):
+    """`template`'s answer for `plan`: its stream as paced SSE (as `fault` cuts it), else its
+    body as JSON at the plan's end; `variables` are the template's other variables."""
+    if stream:
+        return transport.SSEResponse(events(sim, fault.frames(template, plan=plan, **variables), start, ticket))
+    await wait(sim, plan, start, ticket)
+    return transport.json_response(template.body_json(plan=plan, **variables))
