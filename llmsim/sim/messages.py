@@ -12,10 +12,13 @@ toolcalls). What is Anthropic's own:
   counted inside `max_tokens` and `output_tokens`, and end with a signature.
 * stopping: `stop_sequences` (the text ends before the first one found: `stop_sequence`),
   `max_tokens` (what is left after thinking), a tool use (`tool_use`), else `end_turn`.
-* prompt caching: the prefix up to the last block with `cache_control` (tools, then system,
-  then messages), when it has at least MIN_CACHED tokens, is written to a `PromptCache` the
-  first time (`cache_creation_input_tokens`) and read from it while it lives (5 minutes, or
-  the `ttl` asked for: `cache_read_input_tokens`); `input_tokens` counts the rest.
+* prompt caching: `usage` counts input as the OpenAI APIs do (`input_tokens` all of it,
+  `cached_tokens` the part read from a cache); templates/anthropic.yaml reports Anthropic's
+  split (`input_tokens` = the rest). The prefix up to the last block with `cache_control`
+  (tools, then system, then messages), when it has at least MIN_CACHED tokens, is the plan's
+  `marked_tokens`: what is not read of it is written (`cache_creation_input_tokens`). What is
+  read comes from the serving model's prefix cache when it is on for the model (any repeated
+  prefix, in whole blocks: llmsim.state.prefixcache), else from a `PromptCache`.
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
@@ -69,8 +72,13 @@ class MessagePlan:
     stop_sequence: str | None
     first_token_at: float
     end_at: float
-    cache_creation_tokens: int = 0
+    marked_tokens: int = 0          # the prefix `cache_control` marks (0: none, or too short)
     effort: str | None = None
+
+    @property
+    def cache_creation_tokens(self) -> int:
+        """The marked prefix's tokens not read from a cache: written to it."""
+        return max(0, self.marked_tokens - self.usage.cached_tokens)
 
     @property
     def output(self) -> list[Block]:       # what stats read a plan's token times from
@@ -134,6 +142,13 @@ def turns(body: dict) -> list[inputs.Turn]:
     return out
 
 
+def cache_order(conversation: list[inputs.Turn]) -> list[inputs.Turn]:
+    """`turns` in the order Anthropic's cache reads a prompt: tools, system, then messages."""
+    if conversation and conversation[-1].path == "tools":
+        return [conversation[-1], *conversation[:-1]]
+    return conversation
+
+
 def count_input(body: dict, model) -> int:
     """The input tokens of a request: `usage.input_tokens`, and count_tokens' answer."""
     conversation = turns(body)
@@ -166,23 +181,32 @@ def cached_prefix(body: dict) -> tuple[dict, float] | None:
     return prefix, CACHE_TTL.get(control.get("ttl") or "5m", CACHE_TTL["5m"])
 
 
+def marked_tokens(body: dict, model) -> tuple[dict, float, int] | None:
+    """`cached_prefix` and its tokens, when it has at least MIN_CACHED of them."""
+    found = cached_prefix(body)
+    if found is None:
+        return None
+    tokens_ = count_input(found[0], model)
+    return (*found, tokens_) if tokens_ >= MIN_CACHED else None
+
+
 class PromptCache:
-    """The prompt prefixes written, each until it expires (on the server's clock); at most
-    `size`, the oldest forgotten first."""
+    """Anthropic's explicit prompt caching, when the serving model's prefix cache is off: the
+    marked prefixes written, each until it expires (on the server's clock); at most `size`,
+    the oldest forgotten first. It stays beside the prefix cache because it is what
+    Anthropic's API does on its own (only prefixes `cache_control` marks, exactly, for their
+    `ttl`), which an app's caching can be tested against without the serving model; the
+    prefix cache is an inference server's (any prefix, in blocks, LRU), used instead when on."""
 
     def __init__(self, clock, size: int = 10_000):
         self.clock, self.size = clock, size
         self.expiry: OrderedDict[bytes, float] = OrderedDict()
 
-    def use(self, body: dict, model, input_tokens: int) -> tuple[int, int]:
-        """(tokens written, tokens read) for this request's cached prefix."""
-        found = cached_prefix(body)
-        if found is None:
-            return 0, 0
-        prefix, ttl = found
-        tokens_ = count_input(prefix, model)
-        if tokens_ < MIN_CACHED:
-            return 0, 0
+    def read(self, marked: tuple[dict, float, int] | None, model) -> int:
+        """The tokens read for this request's marked prefix (`marked_tokens`), then kept."""
+        if marked is None:
+            return 0
+        prefix, ttl, tokens_ = marked
         key = hashlib.sha256(json.dumps([model.id, prefix], sort_keys=True).encode()).digest()   # any integer
         now = self.clock.now()
         hit = self.expiry.get(key, 0.0) > now
@@ -190,7 +214,7 @@ class PromptCache:
         self.expiry.move_to_end(key)
         if len(self.expiry) > self.size:
             self.expiry.popitem(last=False)
-        return (0, tokens_) if hit else (tokens_, 0)
+        return tokens_ if hit else 0
 
 
 def _last_role(messages: list[dict]) -> str | None:
@@ -295,8 +319,8 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
     else:
         times = tuple(sched.token_times)
         blocks.append(Block("text", text.pieces, times, sched.reasoning_end, sched.end, text.text))
-    written, read = cache.use(body, model, input_tokens) if cache is not None else (0, 0)
-    usage = Usage.make(input_tokens - written - read, visible, thinking_tokens, "openai")   # thinking is output
-    usage.cached_tokens = read
+    marked = marked_tokens(body, model)
+    usage = Usage.make(input_tokens, visible, thinking_tokens, "openai")   # thinking is output
+    usage.cached_tokens = cache.read(marked, model) if cache is not None else 0
     return MessagePlan(ctx.ids.make("message", rng), ctx.created_at, body["model"], body, blocks, usage,
-                       stop_reason, stop_sequence, sched.first_token, sched.end, written)
+                       stop_reason, stop_sequence, sched.first_token, sched.end, marked[2] if marked else 0)

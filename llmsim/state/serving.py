@@ -11,8 +11,9 @@ a piece on; a setting, when given, wins over the profile. Per model, in each pro
   `1 + (load_slowdown - 1) * (running - 1) / (max_concurrency - 1)`, `running` read as that gap
   begins, so streams already running slow down when others join and speed up when they end.
 - **prefix cache:** the input's tokens, cut into blocks of `prefix_block_tokens`, are hashed
-  by chain (model and `prompt_cache_key` first); the leading blocks already cached are
-  `cached_tokens`, and prefill counts only the rest (llmsim.state.prefixcache).
+  by chain (model and `prompt_cache_key` first: none for Anthropic and Gemini); the leading
+  blocks already cached are `cached_tokens` (Anthropic's `cache_read_input_tokens`, Gemini's
+  `cachedContentTokenCount`), and prefill counts only the rest (llmsim.state.prefixcache).
 
 Slots are per process (`--workers N` gives each worker its own `max_concurrency`): a worker
 is one inference server; the kernel spreads connections over them. The prefix cache is shared

@@ -33,11 +33,18 @@ class AnthropicHandlers:
         fault = sim.faults.begin("anthropic", body, self.request_headers())
         if fault.waits:
             fault = await fault.wait()
-        plan = messages.plan_message(body, sim.context(body["model"]), self.cache)
+        ctx = sim.context(body["model"])
+        serving = answer.serving(sim, ctx.profile)
+        prefix = serving is not None and serving.prefix_cache     # the serving model's cache, else its own
+        plan = messages.plan_message(body, ctx, None if prefix else self.cache)
         if fault:
             plan = fault.shape(plan)
+        ticket = None
+        if serving is not None:         # a slot, and the prefix cache's reads (tools, system, messages)
+            ticket = await sim.serving.admit(serving, plan, None, messages.cache_order(messages.turns(body)),
+                                             ctx.model.encoding, start)
         sim.stats.record(plan, "messages", bool(body.get("stream")))
-        return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, req=body)
+        return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, ticket, req=body)
 
     async def count_tokens(self, body: dict):
         model = self.sim.catalogue.get(body["model"])

@@ -38,8 +38,12 @@ class GeminiHandlers:
         fault = sim.faults.begin(API, req, self.request_headers())
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
-        plan = geminiplan.plan_generate(req, sim.context(model))
+        ctx = sim.context(model)
+        plan = geminiplan.plan_generate(req, ctx)
         if fault:
             plan = fault.shape(plan)
+        ticket = None
+        if (serving := answer.serving(sim, ctx.profile)) is not None:   # a slot, and implicit cache hits
+            ticket = await sim.serving.admit(serving, plan, None, geminiplan.turns(req), ctx.model.encoding, start)
         sim.stats.record(plan, API, stream)
-        return await answer.reply(sim, self.template, plan, start, stream, fault, req=req, shape="generate")
+        return await answer.reply(sim, self.template, plan, start, stream, fault, ticket, req=req, shape="generate")
