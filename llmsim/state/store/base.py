@@ -61,6 +61,7 @@ def outages_answered(outage: Callable[[Exception], str | None]):
 class Bounds:
     max_entries: int
     ttl_s: float | None      # None: entries never expire
+    evict_when_full: bool = True     # a full file store evicts its oldest entries to write
 
     def expires(self, now: float) -> float:
         return NEVER if self.ttl_s is None else now + self.ttl_s

@@ -28,11 +28,15 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
 entries of each kind are looked at and the expired ones deleted. The map (and the file, which
 is sparse) starts at `MAP_SIZE` and doubles whenever a write fills it; the other processes
-adopt the new size on their next transaction.
+adopt the new size on their next transaction. Once it is `max_bytes` (`--store-max-bytes`), a
+write that fills it evicts the oldest entries of each kind (1, 1, 2, 4, ... per round, responses
+still running excepted, up to EVICT_MAX) and tries again, when `store_evict_when_full`; when
+that is off or frees too little, the write fails with MapFullError (a 503, `outage`).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from pathlib import Path
@@ -46,8 +50,10 @@ from llmsim.render.jsonbytes import dumps
 from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
                                      outages_answered, pack)
 
+log = logging.getLogger("llmsim")
 MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
+EVICT_MAX = 256              # entries a write that finds the map full may evict (then: 503)
 FORMAT = b"2"
 RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
 HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
@@ -126,6 +132,7 @@ class LmdbStore:
         """`body(txn)` in one transaction now (committed when it returns, for a write). The map
         starts small and doubles when a write fills it; another process's growth is adopted."""
         env = self._open()
+        evicted = 0
         while True:
             try:
                 with env.begin(write=write) as txn:
@@ -134,7 +141,13 @@ class LmdbStore:
             except lmdb.MapFullError:
                 size = env.info()["map_size"]
                 if self.max_bytes is not None and size >= self.max_bytes:
-                    raise
+                    if not write or evicted >= EVICT_MAX or not self.bounds.evict_when_full:
+                        raise
+                    freed = self._evict_oldest(max(1, evicted))     # 1, 1, 2, 4, ... of each kind
+                    if not freed:
+                        raise
+                    evicted += freed
+                    continue
                 env.set_mapsize(size * 2 if self.max_bytes is None else min(size * 2, self.max_bytes))
             except lmdb.MapResizedError:
                 env.set_mapsize(0)
@@ -170,6 +183,39 @@ class LmdbStore:
         before, self._writes = self._writes, self._writes + len(batch)
         if before // SWEEP_EVERY != self._writes // SWEEP_EVERY:
             self._transact(self._sweep, write=True)
+
+    def _evict_oldest(self, count: int) -> int:
+        """Delete the oldest `count` entries of each kind (responses still running stay), one
+        per transaction (a full map has little room for the pages even a delete copies); how
+        many went. A write that found the map full tries again after each round."""
+        gone = 0
+        for kind in KINDS:
+            for _ in range(count):
+                try:
+                    with self._env.begin(write=True) as txn:
+                        dropped = self._drop_oldest(txn, kind)
+                except lmdb.MapFullError:
+                    return gone
+                if not dropped:
+                    break
+                gone += 1
+        if gone:
+            log.warning("store %s full: evicted its %d oldest entries", self.path, gone)
+        return gone
+
+    def _drop_oldest(self, txn, kind: str) -> bool:
+        """Delete the oldest entry of `kind` (a response: the oldest not running); whether one went."""
+        prefix = KINDS[kind]
+        cursor = txn.cursor(db=self.db["order"])
+        found = cursor.set_range(prefix)
+        while found and cursor.key().startswith(prefix):
+            entry_id = cursor.value().decode()
+            if kind != "responses" or (row := self._live_response(txn, entry_id)) is None \
+                    or row.status not in ACTIVE:
+                self._drop(txn, kind, entry_id, order_key=bytes(cursor.key()))
+                return True
+            found = cursor.next()
+        return False
 
     def _alone(self, body: Callable) -> tuple[Any, Exception | None]:
         try:
