@@ -22,8 +22,11 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
 - `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
   entry's n is one more than the newest's;
 - `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
+- `active`: id -> nothing, for each response still queued or in progress (what a sweep of
+  stopped servers' background responses reads, llmsim.state.background);
 - `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
   `attempts` NUL key -> how many requests reached a scenario's error turn (llmsim.faults.scripted).
+  `lease` NUL owner -> until when (wall clock) the process `owner` runs its background responses.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
 entries of each kind are looked at and the expired ones deleted. The map (and the file, which
@@ -270,6 +273,7 @@ class LmdbStore:
             value = txn.pop(entry_id.encode(), db=self.db["responses"])
             if value is None:
                 return False
+            txn.delete(entry_id.encode(), db=self.db["active"])
             _, _, events, first = HEAD.unpack_from(value)
             if events > first:
                 self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
@@ -351,6 +355,8 @@ class LmdbStore:
                 old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
                 self._drop(txn, "responses", record.id, _order_key("responses", old))
                 txn.put(key, value, db=responses)
+            if row.status in ACTIVE:
+                txn.put(key, b"", db=self.db["active"])
             self._created(txn, "responses", n, record.id)
         await self._write(put)
 
@@ -363,10 +369,32 @@ class LmdbStore:
     async def active_responses(self) -> list[str]:
         """The ids of the live responses still queued or in progress."""
         def ids(txn) -> list[str]:
-            now = time.time()
-            return [key.decode() for key, value in txn.cursor(db=self.db["responses"])
-                    if (row := Row.parse(value)).status in ACTIVE and row.expires > now]
+            return [key.decode() for key in txn.cursor(db=self.db["active"]).iternext(values=False)
+                    if (row := self._live_response(txn, key.decode())) is not None and row.status in ACTIVE]
         return self._read(ids)
+
+    async def renew_lease(self, owner: str, lease_s: float) -> None:
+        """The process `owner` runs its background responses for `lease_s` seconds more
+        (leases run out an hour ago are deleted)."""
+        prefix = b"lease\0"
+
+        def renew(txn) -> None:
+            now, meta = time.time(), self.db["meta"]
+            stale = [key for key, value in self._rows(txn, "meta", "lease")
+                     if struct.unpack("<d", value)[0] < now - 3600]
+            for key in stale:
+                txn.delete(prefix + key, db=meta)
+            txn.put(prefix + owner.encode(), struct.pack("<d", now + lease_s), db=meta)
+        await self._write(renew)
+
+    async def live_owners(self, owners: Sequence[str]) -> set[str]:
+        """Those of `owners` whose lease has not run out."""
+        def read(txn) -> set[str]:
+            now, meta = time.time(), self.db["meta"]
+            return {owner for owner in owners
+                    if (raw := txn.get(b"lease\0" + owner.encode(), db=meta)) is not None
+                    and struct.unpack("<d", raw)[0] > now}
+        return self._read(read)
 
     async def delete_response(self, response_id: str) -> bool:
         return await self._delete("responses", response_id)
@@ -387,6 +415,8 @@ class LmdbStore:
                         db=self.db["frames"])
             if new_response is not None:
                 row = row._replace(status=snapshot.get("status"), response=new_response)
+                if row.status not in ACTIVE:
+                    txn.delete(response_id.encode(), db=self.db["active"])
             row = row._replace(expires=self.bounds.expires(time.time()), events=row.events + len(frames))
             txn.put(response_id.encode(), row.value(), db=self.db["responses"])
             return True
@@ -571,7 +601,7 @@ def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
                   ("responses", "frames", "conversations", "items", "item_ids", "order", "meta",
-                                    "outbox", "chats")}
+                                    "outbox", "chats", "active")}
         _check_format(env, tables, path)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]

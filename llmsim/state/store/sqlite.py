@@ -84,6 +84,8 @@ CREATE TABLE IF NOT EXISTS outbox (key TEXT PRIMARY KEY, entry BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS attempts (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chats (
     n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL, record BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS responses_active ON responses (status) WHERE status IN ('queued', 'in_progress');
+CREATE TABLE IF NOT EXISTS leases (owner TEXT PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -527,10 +529,25 @@ class SqliteStore:
 
     async def active_responses(self) -> list[str]:
         """The ids of the live responses still queued or in progress."""
-        def ids(tx: Tx):
+        def ids(tx: Tx):       # (the statuses as literals: what the partial index responses_active covers)
             return [row[0] for row in tx.db.execute(
-                "SELECT id FROM responses WHERE status IN (?, ?) AND expires > ?", (*ACTIVE, tx.now))]
+                "SELECT id FROM responses WHERE status IN ('queued', 'in_progress') AND expires > ?", (tx.now,))]
         return await self._run(ids)
+
+    async def renew_lease(self, owner: str, lease_s: float) -> None:
+        """The process `owner` runs its background responses for `lease_s` seconds more
+        (leases run out an hour ago are deleted)."""
+        def renew(tx: Tx):
+            tx.db.execute("DELETE FROM leases WHERE expires < ?", (tx.now - 3600,))
+            tx.db.execute("INSERT OR REPLACE INTO leases (owner, expires) VALUES (?, ?)", (owner, tx.now + lease_s))
+        await self._write(renew)
+
+    async def live_owners(self, owners: Sequence[str]) -> set[str]:
+        """Those of `owners` whose lease has not run out."""
+        def read(tx: Tx):
+            return {owner for owner in owners if tx.db.execute(
+                "SELECT 1 FROM leases WHERE owner = ? AND expires > ?", (owner, tx.now)).fetchone()}
+        return await self._run(read)
 
     async def delete_response(self, response_id: str) -> bool:
         def delete(tx: Tx):
