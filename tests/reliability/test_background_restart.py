@@ -1,10 +1,11 @@
-"""Background responses across a server's death, seen through the official SDK: a server
-killed (SIGKILL) mid-job and started again on the same store (LMDB, SQLite, Redis) shows the
-job `failed` with a `server_error` saying the simulator restarted, never `in_progress` for
-ever; on a Redis several servers share, a server that starts fails no other live server's
-job, and one whose owner runs on another machine is failed once its lease runs out."""
+"""Background responses across a server's death on a Redis several servers share, seen
+through the official SDK: the jobs of a server killed (SIGKILL) read `failed` with a
+`server_error` saying the simulator restarted, never `in_progress` for ever; a server that
+starts fails no other live server's job; one whose owner ran on another machine is failed
+once its lease runs out. (LMDB and SQLite: tests/reliability/test_crashes.py.)"""
 from __future__ import annotations
 
+import threading
 import time
 
 import orjson
@@ -47,62 +48,57 @@ def redis_store(redis_url):
     return url
 
 
-@pytest.mark.parametrize("kind", ["lmdb", "sqlite", "redis"])
-def test_a_job_of_a_killed_server_reads_failed_after_a_restart(tmp_path, request, kind):
-    store = {"lmdb": lambda: f"lmdb:{tmp_path / 'store'}", "sqlite": lambda: str(tmp_path / "store.sqlite3"),
-             "redis": lambda: request.getfixturevalue("redis_store")}[kind]()
-    first = LiveServer(*SLOW, "--store", store)
-    try:
-        job = start_job(first)
-    finally:
-        killed(first)
-    second = LiveServer("--profile", "instant", "--store", store)
-    try:
-        client = second.client()
-        started = time.monotonic()
-        after = wait_for(lambda: (r := client.responses.retrieve(job)).status != "in_progress" and r, 10)
-        elapsed = time.monotonic() - started
-        print(f"\n{kind}: the killed server's job read {after.status} {elapsed * 1000:.0f} ms after the restart")
-        assert after and after.status == "failed"
-        assert after.error.code == "server_error" and "restarted" in after.error.message
-        with client.responses.retrieve(job, stream=True) as stream:     # its stream ends too
-            assert [event.type for event in stream][-1] == "response.failed"
-    finally:
-        second.stop()
+def retrieved_ended(client, response_id: str, timeout: float = 10):
+    """The response once it is no longer in progress (None if it still was after `timeout`)."""
+    return wait_for(lambda: (r := client.responses.retrieve(response_id)).status != "in_progress" and r, timeout)
 
 
-def test_hosts_sharing_redis_fail_only_the_jobs_of_gone_owners(redis_store):
+def test_jobs_of_a_killed_server_on_redis_fail_and_no_live_job_does(redis_store):
+    """Three servers on one Redis: `live` runs a job; `doomed` runs two, one as if from another
+    machine, and is killed (SIGKILL); `doomed` is started again. Its own job reads failed as
+    the new server starts, the other machine's once that owner's lease runs out; `live`'s job,
+    swept by both the others meanwhile, completes."""
     import redis
     lease = ("--background-lease-s", "0.6")
-    running = LiveServer(*SLOW[:4], "--target-tokens", "60", "--store", redis_store, *lease)
-    doomed = LiveServer(*SLOW, "--store", redis_store, *lease)
+    live = LiveServer(*SLOW[:4], "--target-tokens", "60", "--store", redis_store, *lease)
+    doomed = None
     try:
-        live_job = start_job(running)
-        orphan = start_job(doomed)
-        # as if `doomed` ran on another machine (its owner named so, with the lease it renews):
-        # only the lease (0.6 s) can tell it is gone
-        db, key = redis.Redis.from_url(redis_store), f"llmsim:resp:{orphan}"
+        live_job = start_job(live)
+        doomed = LiveServer(*SLOW, "--store", redis_store, *lease)     # its start swept: live_job stays
+        own, foreign = start_job(doomed), start_job(doomed)
+        # `foreign` as if run on another machine (named so, with the lease it would renew): only
+        # that lease (0.6 s) can tell its owner is gone
+        db, key = redis.Redis.from_url(redis_store), f"llmsim:resp:{foreign}"
         meta = orjson.loads(db.hget(key, "meta"))
         meta["owner"] = "elsewhere|" + meta["owner"].split("|", 1)[1]
         db.set(f"llmsim:lease:{meta['owner']}", b"1", px=600)
         db.hset(key, "meta", orjson.dumps(meta))
         killed(doomed)
-        client = running.client()
-        started = time.monotonic()
-        failed = wait_for(lambda: (r := client.responses.retrieve(orphan)).status != "in_progress" and r, 10)
-        elapsed = time.monotonic() - started
-        print(f"\nanother machine's job read {failed.status} {elapsed * 1000:.0f} ms after its server died "
-              "(lease 600 ms)")
-        assert failed and failed.status == "failed" and "restarted" in failed.error.message
-        assert elapsed > 0.3, "failed while its owner's lease still ran"
-        assert client.responses.retrieve(live_job).status == "in_progress"     # swept, but its owner lives
-        third = LiveServer("--profile", "instant", "--store", redis_store, *lease)  # a server starting
-        try:
-            done = wait_for(lambda: (r := third.client().responses.retrieve(live_job)).status != "in_progress"
-                            and r, 20)
-            assert done and done.status == "completed"
-        finally:
-            third.stop()
+        died = time.monotonic()
+        lapsed = []         # the other machine's job, as `live` sees it meanwhile
+        watch = threading.Thread(target=lambda: lapsed.append(
+            (retrieved_ended(live.client(), foreign), time.monotonic() - died)))
+        watch.start()
+        doomed = LiveServer("--profile", "instant", "--store", redis_store, *lease)
+        client = doomed.client()
+        ready = time.monotonic()
+        after = retrieved_ended(client, own)
+        swept = time.monotonic() - ready
+        assert after and after.status == "failed"
+        assert after.error.code == "server_error" and "restarted" in after.error.message
+        with client.responses.retrieve(own, stream=True) as stream:     # its stream ends too
+            assert [event.type for event in stream][-1] == "response.failed"
+        watch.join()
+        [(other, lapsed)] = lapsed
+        assert other and other.status == "failed" and "restarted" in other.error.message
+        assert lapsed > 0.3, "failed while its owner's lease still ran"
+        assert client.responses.retrieve(foreign).status == "failed"
+        done = retrieved_ended(client, live_job, 20)
+        assert done and done.status == "completed", "a live server's job was failed"
+        print(f"\nredis: the killed server's own job read failed {swept * 1000:.0f} ms after the restart "
+              f"was ready; the other machine's {lapsed * 1000:.0f} ms after the kill (lease 600 ms); "
+              "the live server's job completed")
     finally:
-        running.stop()
-        doomed.stop()
+        live.stop()
+        if doomed is not None:
+            doomed.stop()
