@@ -122,6 +122,7 @@ class LmdbStore:
         self.max_bytes = max_bytes      # the map never grows past it: a write that does not fit fails
         self._env: lmdb.Environment | None = None
         self._writes = 0
+        self._full_seen = False
         self._waiting: list[tuple[Callable, asyncio.Future]] = []   # writes of this loop step
         self._open()             # a directory it cannot use fails start-up, not the first request
 
@@ -202,8 +203,10 @@ class LmdbStore:
                 if not dropped:
                     break
                 gone += 1
-        if gone:
-            log.warning("store %s full: evicted its %d oldest entries", self.path, gone)
+        if gone:    # a warning the first time; then (a full store evicts at every write) debug
+            log.log(logging.DEBUG if self._full_seen else logging.WARNING,
+                    "store %s full: evicted its %d oldest entries (store_evict_when_full)", self.path, gone)
+            self._full_seen = True
         return gone
 
     def _drop_oldest(self, txn, kind: str) -> bool:

@@ -293,9 +293,14 @@ def make_room(db: sqlite3.Connection, count: int) -> int:
         if db.in_transaction:
             db.execute("ROLLBACK")
         return 0
-    if gone:
-        log.warning("store full: evicted its %d oldest entries", gone)
+    if gone:        # a warning the first time; then (a full store evicts at every write) debug
+        log.log(logging.DEBUG if _full_seen else logging.WARNING,
+                "store full: evicted its %d oldest entries (store_evict_when_full)", gone)
+        _full_seen.append(True)
     return gone
+
+
+_full_seen: list = []
 
 
 def evict_oldest(db: sqlite3.Connection, count: int) -> int:
