@@ -21,8 +21,8 @@ Redis, several servers on one file), each stored background response names its `
 process renews a lease every `background_lease_s / 3` seconds (`Jobs.serving`). A sweep fails
 a response only when its owner is gone: on this machine, when its process no longer exists
 (`alive_here`: a restart on the same machine needs no wait); on another, when its lease ran
-out (`background_lease_s`). Every process sweeps when it starts and at each renewal; a sweep is a few reads of
-the store's index of active responses.
+out (`background_lease_s`). Every process sweeps when it starts and at each renewal: it reads
+the store's index of active responses, then those responses. (docs/durability.md)
 """
 from __future__ import annotations
 

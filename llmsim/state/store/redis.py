@@ -4,10 +4,11 @@ machines behind one load balancer.
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
 `conv:<id>:order` the list of item ids, `chat:<id>` a stored chat completion's record, `outbox` a
-hash of pending webhook deliveries, `resp:active` a set of the ids of responses created queued or in
-progress (those that ended leave it; `active_responses` drops the rest), `lease:<owner>` a key
-that lives while the process `owner` runs its background responses. `resp:order` / `conv:order` / `chat:order` are sorted sets of ids by
-creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
+hash of pending webhook deliveries, `resp:active` a set of the ids of responses created queued
+or in progress (those that end leave it; `active_responses` drops the rest), `lease:<owner>` a
+key that lives while the process `owner` runs its background responses (llmsim.state.background).
+`resp:order` / `conv:order` / `chat:order` are sorted sets of ids by creation number, used to
+evict the oldest. `faults:*` hold the fault schedule every process
 shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
 
