@@ -606,6 +606,7 @@ def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment
                   ("responses", "frames", "conversations", "items", "item_ids", "order", "meta",
                                     "outbox", "chats", "active")}
         _check_format(env, tables, path)
+        _index_active(env, tables)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]
     entry[2] += 1
@@ -624,6 +625,16 @@ def _check_format(env: lmdb.Environment, tables: dict, path: str) -> None:
         raise ConfigError(f"store: {path!r} holds an LMDB store of another llmsim version (format "
                           f"{(found or b'1').decode()}, this one reads {FORMAT.decode()}); remove the "
                           "directory or name a new one with --store lmdb:DIR")
+
+
+def _index_active(env: lmdb.Environment, tables: dict) -> None:
+    """Fill the `active` table once, in a store written before it was kept."""
+    with env.begin(write=True) as txn:
+        if txn.get(b"active_index", db=tables["meta"]) is None:
+            for key, value in txn.cursor(db=tables["responses"]):
+                if Row.parse(value).status in ACTIVE:
+                    txn.put(key, b"", db=tables["active"])
+            txn.put(b"active_index", b"1", db=tables["meta"])
 
 
 def _release_env(path: str) -> None:
