@@ -128,6 +128,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
     serve.add_argument("--rate-limits", type=_yaml, help="limits per model and key, YAML: "
                        "'{default: {rpm: 500}, models: {gpt-4o: {tpm: 30000}}, keys: {KEY: {rpm: 5}}}'")
+    # a full store, a stopped server's background responses (llmsim.state.store, llmsim.state.background)
+    serve.add_argument("--store-evict-when-full", action=argparse.BooleanOptionalAction, default=None,
+                       help="a full LMDB or SQLite store evicts its oldest responses and conversations and "
+                       "writes again, instead of answering 503 (default: on)")
+    serve.add_argument("--background-lease-s", type=float, metavar="S",
+                       help="a background response whose server renewed no lease for S seconds (or stopped, "
+                       "on this machine) is marked failed (default 10)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")

@@ -94,6 +94,10 @@ class Settings:
     rate_limit_tpm: int | None = None   # tokens per minute, every (API key, model)
     rate_limits: dict | None = None     # {default: {rpm, tpm}, models: {NAME: ...}, keys: {KEY: ...}}
 
+    store_evict_when_full: bool = True  # a full LMDB / SQLite store evicts its oldest entries, then writes
+    background_lease_s: float = 10.0    # a background response whose process renewed no lease for this long
+                                        # (or is gone from this machine) is marked failed (llmsim.state.background)
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""

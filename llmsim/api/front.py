@@ -69,6 +69,7 @@ class Front:
         self.claim = apis.claim if apis is not None and apis.documents else None
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
+        self.jobs = sim.state.jobs                # keeps this process's lease on background responses
         # one process: no other runs background responses, so any a persistent store holds as
         # running were left by a server that stopped (--workers: `llmsim serve` sweeps first)
         self.fail_orphans = sim.state.fail_orphans
@@ -101,11 +102,13 @@ class Front:
                 await sweep(self.fail_orphans)
             self.observer.serving()
             self.webhooks.serving()
+            self.jobs.serving()
             self.live.serving()
             try:
                 await self.app(scope, receive, send)
             finally:
                 await self.live.stopped()
+                await self.jobs.stopped()
                 await self.webhooks.stopped()
                 self.observer.stopped()
         else:

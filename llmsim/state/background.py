@@ -8,11 +8,29 @@ active, so a cancel from any process (which appends the final event itself) stop
 
 Readers: `follow` streams a response's events after a sequence number, from this process's
 job when it runs here (no polling: woken by each batch), otherwise from the store (polled).
+
+A server that stops (SIGKILL, a crash, a restart) leaves its background responses queued or
+in progress in a persistent store. They are not resumed: the rest of their events would come
+from a plan made again by a server that may run other settings, profile, templates or seed,
+so the stream a client already read part of could not honestly go on. Instead they are marked
+`failed` (the store template `orphaned_response`: `server_error`, "the simulator restarted")
+by whichever process sharing the store sweeps first, on every backend but memory (private to
+its process, gone with it). So that no process fails another's live run (several hosts on one
+Redis, several servers on one file), each stored background response names its `owner`
+(`owner_id()`: machine, pid namespace, pid and start time of the process running it), and each
+process renews a lease every `background_lease_s / 3` seconds (`Jobs.serving`). A sweep fails
+a response only when its owner is gone: on this machine, when its process no longer exists
+(`alive_here`: a restart on the same machine needs no wait); on another, when its lease ran
+out (`background_lease_s`). Every process sweeps when it starts and at each renewal: it reads
+the store's index of active responses, then those responses. (docs/durability.md)
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
+import socket
 from typing import AsyncIterator, Iterator, Protocol, Sequence
 
 from llmsim.pacing import transport
@@ -23,6 +41,53 @@ from llmsim.state.store import ACTIVE, Store
 
 log = logging.getLogger("llmsim")
 POLL_S = 0.02      # how often a reader in another process looks for new events
+
+
+def _proc(path: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int | str) -> str:
+    """When process `pid` started (clock ticks since boot: /proc/PID/stat's 22nd field); '' if
+    there is no such process (or no /proc)."""
+    fields = _proc(f"/proc/{pid}/stat").rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 and fields[0] != "Z" else ""     # (a zombie is gone)
+
+
+@functools.cache
+def _machine() -> str:
+    """This host, boot and pid namespace: where a pid names one process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}|{_proc('/proc/sys/kernel/random/boot_id')}|{namespace}"
+
+
+_OWNER: tuple[int, str] | None = None
+
+
+def owner_id() -> str:
+    """This process, as the owner of the background responses it runs: its machine, pid and
+    start time (a later process with the same pid is another owner)."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:
+        _OWNER = (pid, f"{_machine()}|{pid}|{_start_time(pid)}")
+    return _OWNER[1]
+
+
+def alive_here(owner: str) -> bool | None:
+    """Whether the process `owner` (an `owner_id`) of this machine and pid namespace still
+    runs; None for another machine's (only its lease tells)."""
+    parts = owner.split("|")
+    if len(parts) != 5 or not parts[1] or "|".join(parts[:3]) != _machine():
+        return None
+    return _start_time(parts[3]) == parts[4]
 
 
 class Job:
@@ -76,11 +141,13 @@ class Recorder(Protocol):
     store: Store
 
     async def save(self, body: dict, prior: Prior, own: list[dict], snapshot, frames: Sequence[bytes] = (),
-                   plan=None) -> None: ...
+                   plan=None, owner: str | None = None) -> None: ...
 
     async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot) -> None: ...
 
     async def ended(self, snapshot: dict) -> None: ...
+
+    async def fail_orphans(self) -> int: ...
 
 
 class Jobs:
@@ -90,6 +157,32 @@ class Jobs:
         self.sim = sim
         self.state = state
         self.running: dict[str, Job] = {}
+        self.lease_s = sim.settings.background_lease_s
+        self._leasing: asyncio.Task | None = None
+
+    def serving(self) -> None:
+        """The server started: keep this process's lease and sweep others' orphans, when the
+        store is shared (it can keep leases)."""
+        if hasattr(self.state.store, "renew_lease") and self._leasing is None:
+            self._leasing = asyncio.create_task(self._lease())
+
+    async def stopped(self) -> None:
+        if self._leasing is not None:
+            self._leasing.cancel()
+            await asyncio.wait([self._leasing])
+            self._leasing = None
+
+    async def _lease(self) -> None:
+        """Renew this process's lease every lease_s / 3 seconds, then fail the background
+        responses whose owner is gone (a store out of reach: next time)."""
+        store, owner = self.state.store, owner_id()
+        while True:
+            try:
+                await store.renew_lease(owner, self.lease_s)
+                await self.state.fail_orphans()
+            except Exception as exc:    # noqa: BLE001 - e.g. Redis away: 503s say so already
+                log.warning("background responses: could not renew the lease or sweep: %s", exc)
+            await asyncio.sleep(self.lease_s / 3)
 
     async def start(self, body: dict, prior: Prior, own: list[dict], events: Iterator[MarkedEvent],
                     start: float) -> tuple[Job, dict]:
@@ -97,7 +190,7 @@ class Jobs:
         first = next(events)   # (responses.yaml: response.created, status queued)
         snapshot = latest_response([first])
         frame = sse.frame(first)
-        await self.state.save(body, prior, own, snapshot, [frame])
+        await self.state.save(body, prior, own, snapshot, [frame], owner=owner_id())
         job = Job(snapshot["id"], [frame])
         self.running[job.id] = job
         job.task = asyncio.create_task(self._run(job, body, prior, own, events, start))

@@ -24,7 +24,7 @@ from llmsim.errors import InvalidRequestError, NotFoundError, ServerError, Servi
 from llmsim.pacing import transport
 from llmsim.render.jsonbytes import dumps
 from llmsim.sim import inputs
-from llmsim.state.background import Jobs
+from llmsim.state.background import Jobs, alive_here, owner_id
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 from llmsim.state.webhooks import Webhooks
@@ -161,7 +161,7 @@ class ResponseState:
         return [*self.shaped(record.input_items), *record.output_items]
 
     async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes | Replay,
-                   frames: Sequence[bytes] = (), plan=None) -> None:
+                   frames: Sequence[bytes] = (), plan=None, owner: str | None = None) -> None:
         """Keep a response (with its first SSE frames) unless the request said `store: false`.
         `snapshot` is the response object, the JSON a handler wrote from `plan` (whose id and
         status it carries), kept as written, or the Replay that renders it when read."""
@@ -177,7 +177,8 @@ class ResponseState:
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
                                     status=plan.status, render=snapshot.response_json)
         else:
-            record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation)
+            record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation,
+                                    owner=owner)
         await self.store.put_response(record, frames)
 
     def saved_now(self, body: dict, prior: Prior, own: list[dict], snapshot: bytes, plan) -> bool:
@@ -273,14 +274,23 @@ class ResponseState:
 
     async def fail_orphans(self) -> int:
         """Mark `failed` (with an error saying why) every background response a stopped server
-        left queued or running in a persistent store; called before any process of this server
-        runs one. How many there were."""
+        left queued or running in a persistent store: whose owner is gone (llmsim.state.background:
+        its process on this machine is no more, or its lease ran out). How many there were."""
         listing = getattr(self.store, "active_responses", None)
+        if listing is None:
+            return 0
+        mine, running = owner_id(), self.jobs.running
+        records = [record for response_id in await listing() if response_id not in running
+                   and (record := await self.store.get_response(response_id)) is not None and record.active
+                   and record.owner != mine]
+        here = {owner: alive_here(owner) for owner in {record.owner for record in records} - {None}}
+        elsewhere = sorted(owner for owner, alive in here.items() if alive is None)
+        leased = await self.store.live_owners(elsewhere) if elsewhere else set()
         failed_count = 0
-        for response_id in (await listing()) if listing is not None else ():
-            record = await self.store.get_response(response_id)
-            if record is None or not record.active:
+        for record in records:
+            if record.owner is not None and (here[record.owner] or record.owner in leased):
                 continue
+            response_id = record.id
             failed = self.render("orphaned_response", response=record.response)
             [(_, frame)] = self.shapes.frames(response=failed, first_seq=record.events)
             if await self.store.append_events(response_id, [frame], failed, expect_events=record.events):

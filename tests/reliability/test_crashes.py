@@ -163,7 +163,7 @@ def test_a_restart_loses_nothing_stored_and_leaves_nothing_running(tmp_path, sto
         assert [item.id for item in client.conversations.items.list(conversation.id)] == items_before
         after = client.responses.retrieve(running.id)
         assert after.status == "failed"
-        assert after.error.code == "server_error" and "stopped" in after.error.message
+        assert after.error.code == "server_error" and "restarted" in after.error.message
         with client.responses.retrieve(running.id, stream=True) as stream:    # its stream ends too
             assert [event.type for event in stream][-1] == "response.failed"
     finally:

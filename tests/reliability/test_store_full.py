@@ -17,7 +17,8 @@ BIG = "lorem ipsum " * 4000     # ~48 kB of input kept with each response
 @pytest.mark.parametrize("kind", ["lmdb", "sqlite"])
 def test_a_full_store_answers_503_and_keeps_what_it_has(tmp_path, kind):
     store = f"lmdb:{tmp_path / 'store'}" if kind == "lmdb" else str(tmp_path / "store.sqlite3")
-    server = LiveServer("--profile", "instant", "--store", store, "--store-max-bytes", str(512 * 1024))
+    server = LiveServer("--profile", "instant", "--store", store, "--store-max-bytes", str(512 * 1024),
+                        "--no-store-evict-when-full")
     try:
         client = server.client(timeout=10)
         kept = []

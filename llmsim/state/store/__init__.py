@@ -20,7 +20,7 @@ __all__ = ["ACTIVE", "Bounds", "Conversation", "Frames", "Page", "Store", "Store
 
 
 def open_store(settings) -> Store:
-    bounds = Bounds(settings.store_max_entries, settings.store_ttl_s)
+    bounds = Bounds(settings.store_max_entries, settings.store_ttl_s, settings.store_evict_when_full)
     target = settings.store
     if target is None or target == MEMORY:
         if settings.workers > 1:

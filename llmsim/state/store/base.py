@@ -61,6 +61,7 @@ def outages_answered(outage: Callable[[Exception], str | None]):
 class Bounds:
     max_entries: int
     ttl_s: float | None      # None: entries never expire
+    evict_when_full: bool = True     # a full file store evicts its oldest entries to write
 
     def expires(self, now: float) -> float:
         return NEVER if self.ttl_s is None else now + self.ttl_s
@@ -127,14 +128,15 @@ class StoredResponse:
     is and parsed only if something reads `response`; one given as `render` (a callable making
     that JSON) is rendered only when something reads it (`deferred` until then)."""
     __slots__ = ("id", "_response", "_json", "_status", "input_items", "background", "conversation",
-                 "events", "render")
+                 "events", "render", "owner")
 
     def __init__(self, id: str, response: dict[str, Any] | None = None,
                  input_items: list[dict[str, Any]] | None = None, background: bool = False,
                  conversation: str | None = None, events: int = 0, *,
                  response_json: bytes | None = None, status: str | None = None,
-                 render: Callable[[], bytes] | None = None):
+                 render: Callable[[], bytes] | None = None, owner: str | None = None):
         self.id, self._response, self._json, self._status = id, response, response_json, status
+        self.owner = owner      # a background response: the process running it (llmsim.state.background)
         self.input_items = [] if input_items is None else input_items
         self.background, self.conversation, self.events = background, conversation, events
         self.render = render
@@ -170,15 +172,17 @@ class StoredResponse:
         return self.response.get("output") or []
 
     def meta_json(self) -> bytes:
-        return dumps({"input_items": self.input_items, "background": self.background,
-                             "conversation": self.conversation})
+        meta = {"input_items": self.input_items, "background": self.background, "conversation": self.conversation}
+        if self.owner is not None:
+            meta["owner"] = self.owner
+        return dumps(meta)
 
     @classmethod
     def from_json(cls, response_id: str, response: bytes, meta: bytes, events: int,
                   status: str | None = None) -> "StoredResponse":
         extra = orjson.loads(meta)
         return cls(response_id, None, extra["input_items"], extra["background"], extra["conversation"],
-                   events, response_json=response, status=status)
+                   events, response_json=response, status=status, owner=extra.get("owner"))
 
 
 @dataclass(slots=True)
@@ -255,6 +259,11 @@ class Store(Protocol):
 
     async def outbox(self) -> list[bytes]:
         """Every pending delivery (what a restarted server sends)."""
+
+    # A store that several processes share also has (llmsim.state.background):
+    # `active_responses()` the ids of responses still queued or in progress;
+    # `renew_lease(owner, lease_s)` this process is alive for lease_s more seconds;
+    # `live_owners(owners)` those of `owners` whose lease has not run out.
 
     async def flush(self) -> None:
         """Wait until every call made so far is done."""

@@ -22,17 +22,24 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
 - `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
   entry's n is one more than the newest's;
 - `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
+- `active`: id -> nothing, for each response still queued or in progress (what a sweep of
+  stopped servers' background responses reads, llmsim.state.background);
 - `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
   `attempts` NUL key -> how many requests reached a scenario's error turn (llmsim.faults.scripted).
+  `lease` NUL owner -> until when (wall clock) the process `owner` runs its background responses.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
 entries of each kind are looked at and the expired ones deleted. The map (and the file, which
 is sparse) starts at `MAP_SIZE` and doubles whenever a write fills it; the other processes
-adopt the new size on their next transaction.
+adopt the new size on their next transaction. Once it is `max_bytes` (`--store-max-bytes`), a
+write that fills it evicts the oldest entries of each kind (1, 1, 2, 4, ... per round, responses
+still running excepted, up to EVICT_MAX) and tries again, when `store_evict_when_full`; when
+that is off or frees too little, the write fails with MapFullError (a 503, `outage`).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from pathlib import Path
@@ -46,8 +53,10 @@ from llmsim.render.jsonbytes import dumps
 from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
                                      outages_answered, pack)
 
+log = logging.getLogger("llmsim")
 MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
 SWEEP_EVERY = 256
+EVICT_MAX = 256              # entries a write that finds the map full may evict (then: 503)
 FORMAT = b"2"
 RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
 HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
@@ -113,6 +122,7 @@ class LmdbStore:
         self.max_bytes = max_bytes      # the map never grows past it: a write that does not fit fails
         self._env: lmdb.Environment | None = None
         self._writes = 0
+        self._full_seen = False
         self._waiting: list[tuple[Callable, asyncio.Future]] = []   # writes of this loop step
         self._open()             # a directory it cannot use fails start-up, not the first request
 
@@ -126,6 +136,7 @@ class LmdbStore:
         """`body(txn)` in one transaction now (committed when it returns, for a write). The map
         starts small and doubles when a write fills it; another process's growth is adopted."""
         env = self._open()
+        evicted = 0
         while True:
             try:
                 with env.begin(write=write) as txn:
@@ -134,7 +145,13 @@ class LmdbStore:
             except lmdb.MapFullError:
                 size = env.info()["map_size"]
                 if self.max_bytes is not None and size >= self.max_bytes:
-                    raise
+                    if not write or evicted >= EVICT_MAX or not self.bounds.evict_when_full:
+                        raise
+                    freed = self._evict_oldest(max(1, evicted))     # 1, 1, 2, 4, ... of each kind
+                    if not freed:
+                        raise
+                    evicted += freed
+                    continue
                 env.set_mapsize(size * 2 if self.max_bytes is None else min(size * 2, self.max_bytes))
             except lmdb.MapResizedError:
                 env.set_mapsize(0)
@@ -170,6 +187,41 @@ class LmdbStore:
         before, self._writes = self._writes, self._writes + len(batch)
         if before // SWEEP_EVERY != self._writes // SWEEP_EVERY:
             self._transact(self._sweep, write=True)
+
+    def _evict_oldest(self, count: int) -> int:
+        """Delete the oldest `count` entries of each kind (responses still running stay), one
+        per transaction (a full map has little room for the pages even a delete copies); how
+        many went. A write that found the map full tries again after each round."""
+        gone = 0
+        for kind in KINDS:
+            for _ in range(count):
+                try:
+                    with self._env.begin(write=True) as txn:
+                        dropped = self._drop_oldest(txn, kind)
+                except lmdb.MapFullError:
+                    return gone
+                if not dropped:
+                    break
+                gone += 1
+        if gone:    # a warning the first time; then (a full store evicts at every write) debug
+            log.log(logging.DEBUG if self._full_seen else logging.WARNING,
+                    "store %s full: evicted its %d oldest entries (store_evict_when_full)", self.path, gone)
+            self._full_seen = True
+        return gone
+
+    def _drop_oldest(self, txn, kind: str) -> bool:
+        """Delete the oldest entry of `kind` (a response: the oldest not running); whether one went."""
+        prefix = KINDS[kind]
+        cursor = txn.cursor(db=self.db["order"])
+        found = cursor.set_range(prefix)
+        while found and cursor.key().startswith(prefix):
+            entry_id = cursor.value().decode()
+            if kind != "responses" or (row := self._live_response(txn, entry_id)) is None \
+                    or row.status not in ACTIVE:
+                self._drop(txn, kind, entry_id, order_key=bytes(cursor.key()))
+                return True
+            found = cursor.next()
+        return False
 
     def _alone(self, body: Callable) -> tuple[Any, Exception | None]:
         try:
@@ -224,6 +276,7 @@ class LmdbStore:
             value = txn.pop(entry_id.encode(), db=self.db["responses"])
             if value is None:
                 return False
+            txn.delete(entry_id.encode(), db=self.db["active"])
             _, _, events, first = HEAD.unpack_from(value)
             if events > first:
                 self._delete_prefix(txn, "frames", _key(entry_id, b""))      # appended frames
@@ -305,6 +358,8 @@ class LmdbStore:
                 old = RESPONSE.unpack_from(txn.get(key, db=responses))[1]
                 self._drop(txn, "responses", record.id, _order_key("responses", old))
                 txn.put(key, value, db=responses)
+            if row.status in ACTIVE:
+                txn.put(key, b"", db=self.db["active"])
             self._created(txn, "responses", n, record.id)
         await self._write(put)
 
@@ -317,10 +372,32 @@ class LmdbStore:
     async def active_responses(self) -> list[str]:
         """The ids of the live responses still queued or in progress."""
         def ids(txn) -> list[str]:
-            now = time.time()
-            return [key.decode() for key, value in txn.cursor(db=self.db["responses"])
-                    if (row := Row.parse(value)).status in ACTIVE and row.expires > now]
+            return [key.decode() for key in txn.cursor(db=self.db["active"]).iternext(values=False)
+                    if (row := self._live_response(txn, key.decode())) is not None and row.status in ACTIVE]
         return self._read(ids)
+
+    async def renew_lease(self, owner: str, lease_s: float) -> None:
+        """The process `owner` runs its background responses for `lease_s` seconds more
+        (leases run out an hour ago are deleted)."""
+        prefix = b"lease\0"
+
+        def renew(txn) -> None:
+            now, meta = time.time(), self.db["meta"]
+            stale = [key for key, value in self._rows(txn, "meta", "lease")
+                     if struct.unpack("<d", value)[0] < now - 3600]
+            for key in stale:
+                txn.delete(prefix + key, db=meta)
+            txn.put(prefix + owner.encode(), struct.pack("<d", now + lease_s), db=meta)
+        await self._write(renew)
+
+    async def live_owners(self, owners: Sequence[str]) -> set[str]:
+        """Those of `owners` whose lease has not run out."""
+        def read(txn) -> set[str]:
+            now, meta = time.time(), self.db["meta"]
+            return {owner for owner in owners
+                    if (raw := txn.get(b"lease\0" + owner.encode(), db=meta)) is not None
+                    and struct.unpack("<d", raw)[0] > now}
+        return self._read(read)
 
     async def delete_response(self, response_id: str) -> bool:
         return await self._delete("responses", response_id)
@@ -341,6 +418,8 @@ class LmdbStore:
                         db=self.db["frames"])
             if new_response is not None:
                 row = row._replace(status=snapshot.get("status"), response=new_response)
+                if row.status not in ACTIVE:
+                    txn.delete(response_id.encode(), db=self.db["active"])
             row = row._replace(expires=self.bounds.expires(time.time()), events=row.events + len(frames))
             txn.put(response_id.encode(), row.value(), db=self.db["responses"])
             return True
@@ -525,8 +604,9 @@ def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
                   ("responses", "frames", "conversations", "items", "item_ids", "order", "meta",
-                                    "outbox", "chats")}
+                                    "outbox", "chats", "active")}
         _check_format(env, tables, path)
+        _index_active(env, tables)
         _OPEN[real] = [env, tables, 0]
     entry = _OPEN[real]
     entry[2] += 1
@@ -545,6 +625,16 @@ def _check_format(env: lmdb.Environment, tables: dict, path: str) -> None:
         raise ConfigError(f"store: {path!r} holds an LMDB store of another llmsim version (format "
                           f"{(found or b'1').decode()}, this one reads {FORMAT.decode()}); remove the "
                           "directory or name a new one with --store lmdb:DIR")
+
+
+def _index_active(env: lmdb.Environment, tables: dict) -> None:
+    """Fill the `active` table once, in a store written before it was kept."""
+    with env.begin(write=True) as txn:
+        if txn.get(b"active_index", db=tables["meta"]) is None:
+            for key, value in txn.cursor(db=tables["responses"]):
+                if Row.parse(value).status in ACTIVE:
+                    txn.put(key, b"", db=tables["active"])
+            txn.put(b"active_index", b"1", db=tables["meta"])
 
 
 def _release_env(path: str) -> None:

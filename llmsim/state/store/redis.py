@@ -4,8 +4,11 @@ machines behind one load balancer.
 Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
 SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
 `conv:<id>:order` the list of item ids, `chat:<id>` a stored chat completion's record, `outbox` a
-hash of pending webhook deliveries. `resp:order` / `conv:order` / `chat:order` are sorted sets of ids by
-creation number, used to evict the oldest. `faults:*` hold the fault schedule every process
+hash of pending webhook deliveries, `resp:active` a set of the ids of responses created queued
+or in progress (those that end leave it; `active_responses` drops the rest), `lease:<owner>` a
+key that lives while the process `owner` runs its background responses (llmsim.state.background).
+`resp:order` / `conv:order` / `chat:order` are sorted sets of ids by creation number, used to
+evict the oldest. `faults:*` hold the fault schedule every process
 shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
 expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
 
@@ -62,6 +65,7 @@ local key = 'llmsim:resp:' .. id
 redis.call('DEL', key, key .. ':ev')
 redis.call('HSET', key, 'status', ARGV[2], 'response', ARGV[3], 'meta', ARGV[4])
 expire(key, ttl)
+if ARGV[2] == 'queued' or ARGV[2] == 'in_progress' then redis.call('SADD', 'llmsim:resp:active', id) end
 if #ARGV > 6 then
   push(key .. ':ev', 7)
   expire(key .. ':ev', ttl)
@@ -80,7 +84,10 @@ if status ~= 'queued' and status ~= 'in_progress' then return 0 end
 local count = redis.call('LLEN', key .. ':ev')
 if tonumber(ARGV[2]) >= 0 and count ~= tonumber(ARGV[2]) then return 0 end
 if #ARGV > 5 then push(key .. ':ev', 6) end
-if ARGV[4] ~= '' then redis.call('HSET', key, 'status', ARGV[4], 'response', ARGV[5]) end
+if ARGV[4] ~= '' then
+  redis.call('HSET', key, 'status', ARGV[4], 'response', ARGV[5])
+  if ARGV[4] ~= 'queued' and ARGV[4] ~= 'in_progress' then redis.call('SREM', 'llmsim:resp:active', ARGV[1]) end
+end
 expire(key, ARGV[3])
 expire(key .. ':ev', ARGV[3])
 return 1
@@ -136,6 +143,17 @@ for i = 1, #ids, 1000 do
   for _, item in ipairs(part) do items[#items + 1] = item end
 end
 return items
+"""
+
+# The ids in resp:active still queued or in progress; the others (ended, deleted, expired) leave it.
+ACTIVE_RESPONSES = """
+local found = {}
+for _, id in ipairs(redis.call('SMEMBERS', 'llmsim:resp:active')) do
+  local status = redis.call('HGET', 'llmsim:resp:' .. id, 'status')
+  if status == 'queued' or status == 'in_progress' then found[#found + 1] = id
+  else redis.call('SREM', 'llmsim:resp:active', id) end
+end
+return found
 """
 
 # ARGV: id, after
@@ -283,6 +301,7 @@ class RedisStore:
         self._delete_item = register(DELETE_ITEM)
         self._items = register(CONVERSATION_ITEMS)
         self._events = register(EVENTS)
+        self._active = register(ACTIVE_RESPONSES)
         self.shared_faults = RedisFaults(self.redis)     # one fault schedule for every process
         self._queued: list[tuple] = []                 # (script, args, future) not sent yet
         self._sender: asyncio.Task | None = None       # sends the queue, batch by batch
@@ -361,6 +380,21 @@ class RedisStore:
         done = await self._append(args=[response_id, -1 if expect_events is None else expect_events,
                                         self.ttl_ms, status, response, *frames])
         return bool(done)
+
+    async def active_responses(self) -> list[str]:
+        """The ids of the responses still queued or in progress."""
+        return [raw.decode() for raw in await self._active()]
+
+    async def renew_lease(self, owner: str, lease_s: float) -> None:
+        """The process `owner` runs its background responses for `lease_s` seconds more."""
+        await self.redis.set(f"{PREFIX}lease:{owner}", b"1", px=max(1, int(lease_s * 1000)))
+
+    async def live_owners(self, owners: Sequence[str]) -> set[str]:
+        """Those of `owners` whose lease has not run out (Redis expires the key)."""
+        if not owners:
+            return set()
+        found = await self.redis.mget([f"{PREFIX}lease:{owner}" for owner in owners])
+        return {owner for owner, value in zip(owners, found) if value is not None}
 
     async def events(self, response_id: str, after: int) -> tuple[list[bytes], str | None]:
         found = await self._events(args=[response_id, after])

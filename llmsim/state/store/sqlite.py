@@ -15,6 +15,10 @@ Order of creation is the key `n` (new rows get the largest): keeping the newest
 `max_entries` means deleting every row with `n <= newest - max_entries` (done once per
 batch of creations). Expired rows read as missing at once and are deleted every
 `MAINTAIN_EVERY` commits (with the WAL checkpoint: no index on expiry to update per write).
+A full file (`--store-max-bytes`, i.e. `max_page_count`, or the disk) undoes the whole
+transaction; with `store_evict_when_full` the oldest entries of each kind go (1, 1, 2, 4, ...
+per round, responses still running excepted, up to EVICT_MAX) in a transaction of their own,
+and the writes run again; otherwise (or when that frees too little) they fail (a 503, `outage`).
 
 SSE frames are kept as blobs of whole frames (a frame ends with a blank line and never
 contains one), LZ4-compressed (`store.base.pack`). The frames a response is created with live in
@@ -48,6 +52,8 @@ MAINTAIN_EVERY = 200     # loop commits between two purges of expired rows + WAL
 READ, WRITE, CREATE, RAW = 0, 1, 2, 3   # CREATE: a write whose evictions may wait for the commit;
                                         # RAW: run outside any transaction (maintenance)
 SQLITE_BUSY = 5
+SQLITE_FULL = 13
+EVICT_MAX = 256      # entries a write that finds the file full may evict (then: 503)
 WAL_SIZE_LIMIT = 16 << 20  # bytes the WAL file is cut back to when it starts over
 BUSY_RETRY_S, BUSY_RETRIES = 0.001, 50   # another process's write burst: retry on the loop for ~50 ms
 
@@ -78,6 +84,8 @@ CREATE TABLE IF NOT EXISTS outbox (key TEXT PRIMARY KEY, entry BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS attempts (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chats (
     n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, expires REAL NOT NULL, record BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS responses_active ON responses (status) WHERE status IN ('queued', 'in_progress');
+CREATE TABLE IF NOT EXISTS leases (owner TEXT PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -104,8 +112,8 @@ class Writer:
     """The thread running one store's calls, batch by batch. It holds no reference to the
     store: when the store is collected (or at exit) `stop()` flushes what is queued."""
 
-    def __init__(self, path: str, max_entries: int, max_bytes: int | None = None):
-        self.path, self.max_entries = path, max_entries
+    def __init__(self, path: str, max_entries: int, max_bytes: int | None = None, evict: bool = True):
+        self.path, self.max_entries, self.evict = path, max_entries, evict
         self.limit = limit_pragma(max_bytes)
         self.queue: collections.deque = collections.deque()
         self.wake = threading.Event()
@@ -203,8 +211,9 @@ class Writer:
         except Exception as exc:
             self._deliver([(future, exc, False)])
 
-    def _execute(self, batch: list) -> None:
-        """One transaction for the batch; if a call raises, each call again in its own."""
+    def _execute(self, batch: list, evicted: int = 0) -> None:
+        """One transaction for the batch; if a call raises, each call again in its own (a
+        full file first evicts its oldest entries, `store_evict_when_full`, and runs it again)."""
         results: list = []
         try:
             tx = Tx(self._connect(), self.max_entries)
@@ -223,6 +232,11 @@ class Writer:
         except Exception as exc:
             if tx.db.in_transaction:
                 tx.db.execute("ROLLBACK")
+            if self.evict and is_full(exc) and evicted < EVICT_MAX:
+                freed = make_room(tx.db, max(1, evicted))
+                if freed:                   # the oldest entries went: the batch again
+                    self._execute(batch, evicted + freed)
+                    return
             if len(batch) == 1:
                 self._deliver([(batch[0][2], exc, False)])
             else:
@@ -259,6 +273,46 @@ def _settle(pairs: list) -> None:
             future.set_exception(value)
 
 
+def is_full(exc: Exception) -> bool:
+    """SQLITE_FULL: the file reached `max_page_count` (store_max_bytes) or the disk is full."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF == SQLITE_FULL if code is not None else "full" in str(exc)
+
+
+def make_room(db: sqlite3.Connection, count: int) -> int:
+    """Evict the oldest `count` of each kind in a transaction of its own (a full file undoes
+    the whole transaction of the write that found it full); how many rows went (0: none
+    could, or the lock was taken)."""
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        gone = evict_oldest(db, count)
+        db.execute("COMMIT")
+    except sqlite3.OperationalError:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        return 0
+    if gone:        # a warning the first time; then (a full store evicts at every write) debug
+        log.log(logging.DEBUG if _full_seen else logging.WARNING,
+                "store full: evicted its %d oldest entries (store_evict_when_full)", gone)
+        _full_seen.append(True)
+    return gone
+
+
+_full_seen: list = []
+
+
+def evict_oldest(db: sqlite3.Connection, count: int) -> int:
+    """Delete the oldest `count` responses (not those still running), conversations and chats
+    (what hangs off them goes too: foreign keys); how many rows went."""
+    gone = 0
+    for table, keep in (("responses", " WHERE status NOT IN (?, ?)"), ("conversations", ""), ("chats", "")):
+        gone += db.execute(f"DELETE FROM {table} WHERE n IN (SELECT n FROM {table}{keep} ORDER BY n LIMIT ?)",
+                           (*ACTIVE, count) if keep else (count,)).rowcount
+    return gone
+
+
 def limit_pragma(max_bytes: int | None) -> str | None:
     """The pragma that keeps a connection's writes within `max_bytes` (4 KiB pages)."""
     return None if max_bytes is None else f"PRAGMA max_page_count={max(16, max_bytes // 4096)}"
@@ -289,7 +343,7 @@ class SqliteStore:
         self._retry_armed = False
         self._on_thread = 0      # calls sent to the thread and not done: later calls follow them
         self._commits = 0
-        self._writer = Writer(path, bounds.max_entries, max_bytes)
+        self._writer = Writer(path, bounds.max_entries, max_bytes, bounds.evict_when_full)
         weakref.finalize(self, self._writer.stop)    # end the thread at exit or when dropped
 
     # ---- plumbing --------------------------------------------------------------------
@@ -355,9 +409,17 @@ class SqliteStore:
         finally:
             db.execute("COMMIT")
 
-    def _apply_queued(self) -> None:
+    def _make_room(self, exc: Exception, evicted: int) -> int:
+        """After a write found the file full: evict (1, 1, 2, 4, ... of each kind, up to
+        EVICT_MAX in all) when the settings allow; how many entries went."""
+        if not (self.bounds.evict_when_full and is_full(exc)) or evicted >= EVICT_MAX:
+            return 0
+        return make_room(self._db, max(1, evicted))
+
+    def _apply_queued(self, evicted: int = 0) -> None:
         """Apply the queued writes in one short transaction; when another process holds the
-        lock, hand them (in order) to the thread, which waits for it."""
+        lock, hand them (in order) to the thread, which waits for it. A full file evicts its
+        oldest entries (`store_evict_when_full`) and the writes run again."""
         queued, self._queued = self._queued, []
         if not queued:
             return
@@ -392,7 +454,12 @@ class SqliteStore:
             try:
                 outcomes.append((future, fn(tx), True))
             except Exception as exc:
-                if not db.in_transaction:       # SQLite undid the whole transaction (e.g. disk full):
+                if not db.in_transaction:       # SQLite undid the whole transaction (the file is full):
+                    freed = self._make_room(exc, evicted)
+                    if freed:                   # the oldest entries went: all of them again
+                        self._queued = queued + self._queued
+                        self._apply_queued(evicted + freed)
+                        return
                     _settle([(future, exc, False) for _, _, future in queued])  # every call failed
                     return
                 db.execute("ROLLBACK TO call")
@@ -467,10 +534,25 @@ class SqliteStore:
 
     async def active_responses(self) -> list[str]:
         """The ids of the live responses still queued or in progress."""
-        def ids(tx: Tx):
+        def ids(tx: Tx):       # (the statuses as literals: what the partial index responses_active covers)
             return [row[0] for row in tx.db.execute(
-                "SELECT id FROM responses WHERE status IN (?, ?) AND expires > ?", (*ACTIVE, tx.now))]
+                "SELECT id FROM responses WHERE status IN ('queued', 'in_progress') AND expires > ?", (tx.now,))]
         return await self._run(ids)
+
+    async def renew_lease(self, owner: str, lease_s: float) -> None:
+        """The process `owner` runs its background responses for `lease_s` seconds more
+        (leases run out an hour ago are deleted)."""
+        def renew(tx: Tx):
+            tx.db.execute("DELETE FROM leases WHERE expires < ?", (tx.now - 3600,))
+            tx.db.execute("INSERT OR REPLACE INTO leases (owner, expires) VALUES (?, ?)", (owner, tx.now + lease_s))
+        await self._write(renew)
+
+    async def live_owners(self, owners: Sequence[str]) -> set[str]:
+        """Those of `owners` whose lease has not run out."""
+        def read(tx: Tx):
+            return {owner for owner in owners if tx.db.execute(
+                "SELECT 1 FROM leases WHERE owner = ? AND expires > ?", (owner, tx.now)).fetchone()}
+        return await self._run(read)
 
     async def delete_response(self, response_id: str) -> bool:
         def delete(tx: Tx):
