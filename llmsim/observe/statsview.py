@@ -164,10 +164,12 @@ def rates(merged: dict, now: float) -> list[dict]:
     current = int(now)
     uptime = max(now - merged["started"], 1.0)
     ring = merged["ring"]
-    return [{"seconds": w, **{name: round(sum(ring.get(current - k, (0, 0, 0))[i] for k in range(1, w + 1))
-                                         / min(w, uptime), 3)
-                             for i, name in enumerate(("requests", "tokens", "errors"))}}
-            for w in WINDOWS]
+    out = []
+    for w in WINDOWS:
+        counts = [sum(ring.get(current - k, (0, 0, 0))[i] for k in range(1, w + 1)) for i in range(3)]
+        requests, tokens, errors = (round(n / min(w, uptime), 3) for n in counts)
+        out.append({"seconds": w, "requests": requests, "tokens": tokens, "errors": errors})
+    return out
 
 
 def timeline(merged: dict, now: float) -> dict:
