@@ -369,3 +369,26 @@ def test_lateness_counted_in_batches_reads_as_each_value_counted_at_once():
     assert [(i, n) for i, n, _ in got["counts"]] == [(i, n) for i, n, _ in want["counts"]]
     assert [s for _, _, s in got["counts"]] == pytest.approx([s for _, _, s in want["counts"]])
     assert got["max"] == want["max"] and not batched.pending
+
+
+def test_the_body_names_every_field_and_keys_rows_by_name(fresh):
+    """The body's shape as a client reads it: its fields in order, and the per-endpoint,
+    per-model, per-status and per-window objects keyed by name."""
+    fresh.client().responses.create(model="gpt-4o-mini", input="shape")
+    stats = wait_for(fresh, lambda s: s["models"].get("gpt-4o-mini", {}).get("requests", 0) >= 1)
+    assert list(stats) == ["object", "enabled", "uptime_s", "workers", "requests", "endpoints", "websocket",
+                           "tokens", "errors", "rates", "latency_ms", "lateness_ms", "webhooks", "models",
+                           "timeline"]
+    assert list(stats["requests"]) == ["total", "active", "streaming", "non_streaming", "active_streams",
+                                       "running", "by_status"]
+    assert stats["requests"]["by_status"]["2xx"] >= 1
+    assert list(stats["endpoints"]["responses"]) == ["requests", "streaming", "errors"]
+    assert list(stats["models"]["gpt-4o-mini"]) == ["requests", "prompt_tokens", "completion_tokens",
+                                                    "reasoning_tokens", "running"]
+    assert {name: list(rates) for name, rates in stats["rates"].items()} == {
+        name: ["1s", "10s", "60s"] for name in ("requests_per_s", "tokens_per_s", "errors_per_s")}
+    assert {name: list(p) for name, p in stats["latency_ms"].items()} == {
+        name: ["p50", "p90", "p99"] for name in ("ttft", "total", "inter_token", "http")}
+    assert list(stats["lateness_ms"]) == ["p50", "p90", "p99", "max", "count"]
+    assert list(stats["webhooks"]) == ["queued", "sent", "failed", "delivered", "dropped"]
+    assert [len(stats["timeline"][name]) for name in ("requests", "tokens", "errors")] == [60, 60, 60]

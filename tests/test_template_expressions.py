@@ -1,8 +1,10 @@
 """One meaning for a template expression: the generated code (llmsim.render.jsoncodegen,
-jsonvaluegen, stepcodegen, pyexpr) and the reference renderer (jinja with the lookup rule,
-`pyexpr.Environment`) give identical bytes, or both fail, for arbitrary expressions of the
-kinds templates use over arbitrary contexts: nested dicts and lists, objects, keys named like
-dict methods (`items`, `keys`, `get`, `values`), missing keys and variables, None."""
+jsonvaluegen, stepcodegen, pyexpr), the closures of `templates.Compiler` and the reference
+renderer (jinja with the lookup rule, `pyexpr.Environment`) give identical bytes, or all fail,
+for arbitrary expressions of the kinds templates use over arbitrary contexts: nested dicts and
+lists, objects, keys named like dict methods (`items`, `keys`, `get`, `values`), missing keys
+and variables, None; and for arbitrary `$for` loops around them, making lists and (with
+`$key`) mappings, with values that may be `omit`."""
 from __future__ import annotations
 
 import logging
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from llmsim.errors import ConfigError, ServerError
 from llmsim.render.jsonbytes import dumps
-from llmsim.render.templates import Compiler, Template, TemplateSet
+from llmsim.render.templates import OMIT, Compiler, Template, TemplateSet
 
 VARIABLES = ("req", "plan", "items", "x")       # each may be missing from the context
 KEYS = ("items", "keys", "get", "values", "a", "text")
@@ -82,19 +84,109 @@ dotted = st.tuples(st.sampled_from(VARIABLES), st.lists(st.sampled_from(KEYS), m
 expressions = st.recursive(st.one_of(dotted, literals), _compound, max_leaves=6)
 
 
+# -- values (YAML nodes): expressions, values that may be omitted, and loops -----------------
+LOOP_NAMES = ("x", "items")     # a loop's name shadows the variable of that name
+
+
+def _whole(source: str) -> str:
+    return "{{ " + source + " }}"
+
+
+def _mostly(common, rare):
+    """`common` three times in four, else `rare`."""
+    return st.integers(0, 3).flatmap(lambda i: rare if i == 0 else common)
+
+
+# most often something that renders, so that loops make entries (`NAME`: the name of the
+# loop around it): the item, a variable, or a value omitted for some items
+SIMPLE = st.sampled_from(["{{ NAME }}", "{{ req }}", "{{ x }}", "{{ omit if NAME is string else NAME }}",
+                          "{{ omit if NAME == 'a' else 2 }}"])
+leaves = _mostly(SIMPLE, st.one_of(expressions.map(_whole), st.tuples(expressions, expressions).map(
+    lambda p: _whole(f"omit if ({p[0]}) else ({p[1]})"))))
+# a loop's source: most often something to iterate (of strings, or not; equal items too)
+ITERABLES = st.sampled_from(["[]", "['a', 'items', 'a']", "[1, none]", "['a', 'b']", "x", "req.items"])
+sources = _mostly(ITERABLES, st.one_of(dotted, expressions))
+# a mapping's key (`NAME`: the loop's name): most often the item, else a value (a string, or
+# an error), or a text template (always a string)
+NAMED = st.sampled_from(["{{ NAME }}", "k{{ NAME }}", "{{ NAME ~ '!' }}", "{{ NAME.text }}"])
+entry_keys = _mostly(NAMED, st.one_of(expressions.map(_whole), dotted.map(lambda d: "k{{ " + d + " }}"),
+                                     expressions.map(lambda e: _whole(e) + "!")))
+
+
+def _named(node, name: str):
+    """`node` with `NAME` (where no loop inside it has named it already) read as `name`."""
+    if isinstance(node, str):
+        return node.replace("NAME", name)
+    return {k: _named(v, name) for k, v in node.items()}
+
+
+def _loops(inner):
+    def loop(name, source, key, body):
+        node = {"$for": f"{name} in {source}", "$do": body}
+        return _named(node if key is None else {**node, "$key": key}, name)
+    return st.builds(loop, st.sampled_from(LOOP_NAMES), sources, st.one_of(st.none(), entry_keys, entry_keys), inner)
+
+
+nodes = st.one_of(expressions.map(_whole), _loops(st.recursive(leaves, _loops, max_leaves=2)))
+
+
 # -- the two renderers ----------------------------------------------------------------------
 FAILED = "fails"
 
 
-def _reference(compiler: Compiler, source: str, ctx: dict):
-    """jinja with the lookup rule: the value's JSON bytes, or FAILED."""
+def _rendered(compiler: Compiler, node, ctx: dict):
+    """The value of `node` as the language reference (docs/templates.md) defines it, each
+    expression and text template evaluated by jinja with the lookup rule."""
+    if isinstance(node, str):
+        if node.startswith("{{ ") and node.endswith(" }}") and "{{" not in node[2:]:
+            value = compiler.env.compile_expression(node[3:-3], undefined_to_none=False)(**ctx)
+            if isinstance(value, jinja2.Undefined):
+                raise ValueError("undefined")
+            return value
+        return compiler.env.from_string(node).render(**ctx)
+    if "$for" not in node:
+        return {k: v for k, v in ((k, _rendered(compiler, v, ctx)) for k, v in node.items()) if v is not OMIT}
+    name, source = node["$for"].split(" in ", 1)
+    entries = []
+    for item in _rendered(compiler, _whole(source), ctx):
+        inner = {**ctx, name: item}
+        value = _rendered(compiler, node["$do"], inner)
+        if value is OMIT:                   # no entry (and no key rendered)
+            continue
+        if "$key" not in node:
+            entries.append(value)
+            continue
+        key = _rendered(compiler, node["$key"], inner)
+        if not isinstance(key, str):
+            raise TypeError("a key must be a string")
+        entries.append((key, value))
+    return dict(entries) if "$key" in node else entries
+
+
+def _reference(compiler: Compiler, node, ctx: dict):
+    """The reference's JSON bytes for `node`, or FAILED."""
     try:
-        value = compiler.env.compile_expression(source, undefined_to_none=False)(**ctx)
-        if isinstance(value, jinja2.Undefined):
-            return FAILED
-        return dumps({"v": value})
+        return dumps(_rendered(compiler, node, ctx))
     except Exception:       # (an error of the template: undefined, a type error, 1 // 0 ...)
         return FAILED
+
+
+def _strings(node) -> list[str]:
+    """Every expression and text template of a node (a loop's source as `{{ source }}`)."""
+    if isinstance(node, str):
+        return [node]
+    if not isinstance(node, dict):
+        return []
+    found = [s for key, value in node.items() if key != "$for" for s in _strings(value)]
+    return found + ([_whole(node["$for"].split(" in ", 1)[1])] if "$for" in node else [])
+
+
+def _refused(compiler: Compiler, text: str) -> bool:
+    try:
+        compiler.json_writer({"v": text}, "<alone>")
+    except ConfigError:
+        return True
+    return False
 
 
 def _outcome(render):
@@ -129,24 +221,30 @@ def compilers():
 
 @settings(max_examples=400, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(source=expressions, ctx=contexts)
-def test_generated_code_and_the_reference_give_the_same_bytes(compilers, source, ctx):
+@given(v=nodes, ctx=contexts)
+def test_generated_code_and_the_reference_give_the_same_bytes(compilers, v, ctx):
     unguarded, guarded, handler = compilers
-    node = {"v": "{{ " + source + " }}"}
-    expected = _reference(unguarded, source, ctx)
-    where = f"<{source}>"
+    node = {"v": v}
+    expected = _reference(unguarded, node, ctx)
+    where = f"<{v}>"
     try:
         body = unguarded.json_writer(node, where, once=True)         # jsonvaluegen
         event = unguarded.json_writer(node, where)                   # jsoncodegen
+        closure = unguarded.json.value(node, where)                  # the closures (jsonwriter)
         value = unguarded.fast(node["v"], where).fast                 # pyexpr in a function
         stream = Template("t", None, None, guarded.steps([{"event": "e", "data": node}], where))
     except ConfigError:         # a constant part fails (`(none).a`): start-up refuses it
-        assert expected == FAILED
+        if isinstance(v, str):
+            assert expected == FAILED
+        else:                   # ... wherever it is, even in a loop that never runs
+            assert any(_refused(unguarded, text) for text in _strings(v))
         return
     handler.records.clear()
-    assert _outcome(lambda: body({**ctx, "__memo": {}})) == expected, ("body", source, ctx)
-    assert _outcome(lambda: event({**ctx, "__memo": {}})) == expected, ("event", source, ctx)
-    assert _outcome(lambda: dumps({"v": value(dict(ctx))})) == expected, ("value", source, ctx)
+    assert _outcome(lambda: body({**ctx, "__memo": {}})) == expected, ("body", v, ctx)
+    assert _outcome(lambda: event({**ctx, "__memo": {}})) == expected, ("event", v, ctx)
+    assert _outcome(lambda: closure(ctx)) == expected, ("closure", v, ctx)
+    assert _outcome(lambda: dumps({k: x for k, x in {"v": value(dict(ctx))}.items() if x is not OMIT})) \
+        == expected, ("value", v, ctx)
     frames = _outcome(lambda: [frame for _, frame in stream.frames(**ctx)])
     assert frames == FAILED if expected == FAILED else frames == [b"event: e\ndata: " + expected + b"\n\n"]
     # the guarded code never disagreed with the reference, and logged only a failure
@@ -201,3 +299,31 @@ stream:
     [record] = [r for r in caplog.records if r.name == "llmsim.templates"]
     assert "t.yaml" in record.getMessage() and "stream[1].data.nested.v" in record.getMessage()
     assert "plan.n + plan.text" in record.getMessage()
+
+
+# -- a mapping from a loop, as a template author sees it -------------------------------------
+def test_a_loop_with_a_key_makes_a_mapping_and_an_omitted_value_leaves_no_key(compile_one):
+    t = compile_one("""
+body:
+  models:
+    $for: "m in rows"
+    $key: "{{ m.name }}"
+    $do: {requests: "{{ m.n }}", busy: "{{ omit if m.n < 2 else true }}"}
+  names: {$for: "m in rows", $key: "{{ m.name }}", $do: "{{ omit if m.n < 2 else m.n }}"}
+""")
+    rows = [{"name": "gpt-4o", "n": 3}, {"name": "o3", "n": 1}]
+    expected = {"models": {"gpt-4o": {"requests": 3, "busy": True}, "o3": {"requests": 1}}, "names": {"gpt-4o": 3}}
+    assert t.body_json(rows=rows) == orjson.dumps(expected)
+    assert t.body(rows=rows) == expected
+
+
+def test_a_key_that_is_not_a_string_is_a_template_error(compile_one, caplog):
+    t = compile_one('body: {by_n: {$for: "m in rows", $key: "{{ m.n }}", $do: "{{ m.name }}"}}')
+    with caplog.at_level(logging.ERROR, logger="llmsim.templates"), pytest.raises(ServerError):
+        t.body_json(rows=[{"name": "o3", "n": 1}])
+    assert "body.by_n.$key" in caplog.text and "must be a string" in caplog.text
+
+
+def test_a_key_outside_a_loop_stops_start_up(compile_one):
+    with pytest.raises(ConfigError, match=r"body\.m: \$key and \$do belong to a \$for"):
+        compile_one('body: {m: {$key: "{{ x }}", $do: 1}}')

@@ -4,12 +4,10 @@ cost its input tokens plus its output cap (the model's largest output when it se
 The headers it earns go on the answer (llmsim.observe.observer adds them); a refusal raises."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from llmsim.observe.stats import current
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
+from llmsim.simulator import Simulator
 
 
 def api_key(authorization: str | bytes | None) -> str:

@@ -39,7 +39,6 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import orjson
 from connexion.json_schema import resolve_refs
@@ -53,9 +52,7 @@ from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequest
 from llmsim.pacing import transport
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
+from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim.websocket")
 CREATE = "response.create"

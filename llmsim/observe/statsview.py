@@ -146,12 +146,12 @@ def quantile(hist: dict, q: float) -> float | None:
     return hist["max"]
 
 
-def percentiles_ms(hist: dict, extra: bool = False) -> dict:
+def percentiles_ms(hist: dict) -> dict:
+    """p50, p90 and p99 in ms (None before the first value), the largest and the mean, and
+    the count of values."""
+    n = sum(hist["counts"])
     out = {name: _ms(quantile(hist, q)) for name, q in QUANTILES}
-    if extra:
-        n = sum(hist["counts"])
-        out.update(max=_ms(hist["max"]) if n else None, mean=_ms(hist["sum"] / n) if n else None,
-                   count=n)
+    out.update(max=_ms(hist["max"]) if n else None, mean=_ms(hist["sum"] / n) if n else None, count=n)
     return out
 
 
@@ -159,15 +159,16 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
-def rates(merged: dict, now: float) -> dict:
-    """Per-second requests, output tokens and errors over the last 1/10/60 full seconds."""
+def rates(merged: dict, now: float) -> list[dict]:
+    """Per window (the last 1/10/60 full seconds): requests, output tokens and errors per second."""
     current = int(now)
     uptime = max(now - merged["started"], 1.0)
     ring = merged["ring"]
-    out = {}
-    for i, name in enumerate(("requests", "tokens", "errors")):
-        out[name] = {f"{w}s": round(sum(ring.get(current - k, (0, 0, 0))[i] for k in range(1, w + 1))
-                                    / min(w, uptime), 3) for w in WINDOWS}
+    out = []
+    for w in WINDOWS:
+        counts = [sum(ring.get(current - k, (0, 0, 0))[i] for k in range(1, w + 1)) for i in range(3)]
+        requests, tokens, errors = (round(n / min(w, uptime), 3) for n in counts)
+        out.append({"seconds": w, "requests": requests, "tokens": tokens, "errors": errors})
     return out
 
 
@@ -180,31 +181,33 @@ def timeline(merged: dict, now: float) -> dict:
             for i, name in enumerate(("requests", "tokens", "errors"))}
 
 
+def _rows(table: dict) -> list[dict]:
+    return [{"name": name, "count": count} for name, count in table.items()]
+
+
 def view(merged: dict, now: float | None = None) -> dict:
-    """The values of /llmsim/stats, which templates/stats.yaml lays out. Mappings keyed by
-    name (endpoints, models, counts by status or error) and percentiles come shaped."""
+    """The values of /llmsim/stats, which templates/stats.yaml lays out and names: counts,
+    percentiles, and rows (per endpoint, model, status class, error code and rate window)
+    as lists of records, busiest model first."""
     now = time.time() if now is None else now
     models = merged["models"]
-    endpoints = {name: {"requests": c[0], "streaming": c[1], "errors": c[2]}
-                 for name, c in merged["endpoints"].items()}
-    endpoints.setdefault("responses", {"requests": 0, "streaming": 0, "errors": 0})
-    endpoints.setdefault("chat", {"requests": 0, "streaming": 0, "errors": 0})
+    endpoints = dict(merged["endpoints"])
+    for name in ("responses", "chat"):          # always listed
+        endpoints.setdefault(name, [0, 0, 0])
     ordered = sorted(models.items(), key=lambda kv: (kv[0] == OTHER_MODEL, -kv[1]["requests"], kv[0]))
-    lateness = percentiles_ms(merged["lateness"], extra=True)
     return {
-        **{name: merged[name] for name in ("enabled", "workers", *COUNTERS, *TABLES)},
-        "webhooks": {name: merged["webhooks"].get(name, 0) for name in WEBHOOK_OUTCOMES},
+        **{name: merged[name] for name in ("enabled", "workers", "webhooks", *COUNTERS)},
+        **{name: _rows(merged[name]) for name in ("status", "errors", "injected")},
         "uptime_s": round(now - merged["started"], 3),
         "running": sum(m["running"] for m in models.values()),
         "error_total": sum(merged["errors"].values()) + sum(merged["injected"].values()),
-        "endpoints": endpoints,
+        "endpoints": [{"name": name, "requests": c[0], "streaming": c[1], "errors": c[2]}
+                      for name, c in endpoints.items()],
         **{name: sum(m[name] for m in models.values()) for name in ("prompt", "completion", "reasoning")},
         "rates": rates(merged, now),
         **{name: percentiles_ms(combined(models, name)) for name in MODEL_HISTOGRAMS},
         "http": percentiles_ms(merged["http"]),
-        "lateness": {k: v for k, v in lateness.items() if k != "mean"},
-        "models": {name: {"requests": m["requests"], "prompt_tokens": m["prompt"],
-                          "completion_tokens": m["completion"], "reasoning_tokens": m["reasoning"],
-                          "running": m["running"]} for name, m in ordered},
+        "lateness": percentiles_ms(merged["lateness"]),
+        "models": [{"name": name, **{c: m[c] for c in MODEL_COUNTERS}} for name, m in ordered],
         "timeline": timeline(merged, now),
     }

@@ -52,7 +52,7 @@ from llmsim.errors import APIError, ConfigError, ServerError
 from llmsim.render import pyexpr
 from llmsim.render.jsonbytes import SMALL_INTS, dumps
 from llmsim.render.jsonvaluegen import ValueCodegen, echoed_with_default, static
-from llmsim.render.template_syntax import LOOP, ONE_NAME, free_names, node_kind
+from llmsim.render.template_syntax import LOOP, ONE_NAME, entry_key, free_names, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
 log = logging.getLogger("llmsim.templates")
@@ -184,6 +184,7 @@ class JsonCodegen:
         self.fast: dict[str, Writer] = {}
         self._ids = itertools.count()
         self.namespace = {"_d": orjson.dumps, "_D": SMALL_INTS, "_F": orjson.Fragment, "_commas": _commas, "_fast": self.fast,
+                          "_entry_key": entry_key,
                           "_attr": pyexpr._attr, "_item": pyexpr._item, "_name": pyexpr._name, "OMIT": omit,
                           **pyexpr.TEST_FUNCTIONS, **pyexpr.INLINE_GLOBALS, **compiler.env.globals}
         self._names: set[str] = set()             # variables the function being generated reads
@@ -744,7 +745,8 @@ class JsonCodegen:
                 return False
             return name in seen or self._used_whole(self.raw_objects.get(name), var, seen | {name})
         if "$for" in node:
-            return not mentions(str(node["$for"])) and self._used_whole(node.get("$do"), var, seen)
+            return not mentions(str(node["$for"])) and not mentions(str(node.get("$key", ""))) \
+                and self._used_whole(node.get("$do"), var, seen)
         if "$if" in node:
             return not mentions(str(node["$if"])) and all(
                 self._used_whole(node.get(k), var, seen) for k in ("$then", "$else"))
@@ -794,6 +796,8 @@ class JsonCodegen:
         outer_reads, self._reads = self._reads, [_Without(reads, var) for reads in self._reads]
         self._local_loops.append(var)
         try:
+            if "$key" in node:
+                return self._mapping(node, var, source, where)
             body, names = self._scoped(node.get("$do"), f"{where}.$do")
         finally:
             self._reads = outer_reads
@@ -807,6 +811,28 @@ class JsonCodegen:
             name = self._callable(self._define(body.code, names))
             code = f'b"[" + _commas([{name}({{**ctx, {var!r}: _it}}) for _it in {held}]) + b"]"'
         return Gen(f'(b"[]" if ({held} := {source}).__class__ is list and not {held} else {code})')
+
+    def _mapping(self, node: dict, var: str, source: str, where: str) -> Gen:
+        """`$for` with `$key`: a function of the item's context gives its (key, JSON bytes),
+        or None when the value is omitted (its key then not rendered); the pairs are written
+        as one JSON object (a later equal key replaces an earlier one's value, as in a dict)."""
+        outer, self._names = self._names, set()
+        try:
+            key = self.value_code(node["$key"], f"{where}.$key")
+            body = self.gen(node.get("$do"), f"{where}.$do")
+            names = self._names
+        finally:
+            self._names = outer
+        if body.omittable:
+            v = f"_v{next(self._ids)}"
+            pair = f"(None if ({v} := {body.code}) is None else (_entry_key({key}), {v}))"
+        else:
+            pair = f"(_entry_key({key}), {body.code})"
+        name = self._callable(self._define(pair, names))
+        held = f"_s{next(self._ids)}"
+        code = (f"_d({{_p[0]: _F(_p[1]) for _p in [{name}({{**ctx, {var!r}: _it}}) for _it in {held}] "
+                f"if _p is not None}})")
+        return Gen(f'(b"{{}}" if ({held} := {source}).__class__ is list and not {held} else {code})')
 
     def _if(self, node: dict, where: str) -> Gen:
         test = self.value_code(node["$if"], f"{where}.$if")

@@ -207,7 +207,8 @@ class ValueCodegen:
         return Value(f"({then.code} if {test} else {other.code})", then.omittable or other.omittable)
 
     def _for(self, node: dict, where: str) -> Value:
-        """A list display over the loop's source, its items (those not omitted) in place."""
+        """A list display over the loop's source, its items (those not omitted) in place (with
+        `$key`, a dict display)."""
         cg = self.cg
         var, _ = cg.compiler.loop(node["$for"], f"{where}.$for")      # checks the spelling
         source = cg.value_code("{{" + LOOP.match(node["$for"]).group(2) + "}}", f"{where}.$for")
@@ -215,10 +216,18 @@ class ValueCodegen:
         outer, cg._subst = cg._subst, {**cg._subst, var: (item, False)}
         try:
             body = self.gen(node.get("$do"), f"{where}.$do")
+            key = cg.value_code(node["$key"], f"{where}.$key") if "$key" in node else None
         finally:
             cg._subst = outer
         # an empty list (most requests' tools) is written without running a comprehension
         held = self._local()
+        if key is not None:     # a mapping: a dict display (no key rendered for an omitted value)
+            if body.omittable:
+                v = self._local()
+                code = f"{{_entry_key({key}): {v} for {item} in {held} if ({v} := {body.code}) is not OMIT}}"
+            else:
+                code = f"{{_entry_key({key}): {body.code} for {item} in {held}}}"
+            return Value(f"({{}} if ({held} := {source}).__class__ is list and not {held} else {code})")
         if body.omittable:
             v = self._local()
             code = f"[{v} for {item} in {held} if ({v} := {body.code}) is not OMIT]"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import orjson
+
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.template_syntax import node_kind
@@ -108,6 +110,9 @@ class JsonCompiler:
         return self.compiler.embedding(node, where, self.objects)
 
     def _for(self, node: dict, where: str) -> Writer:
+        if "$key" in node:
+            entries = self.compiler.entries(node, where, self.value, None)
+            return lambda ctx: orjson.dumps({key: orjson.Fragment(v) for key, v in entries(ctx)})
         items = self.compiler.items(node, where, self.value)
         return lambda ctx: b"[" + b",".join([v for v in items(ctx) if v is not None]) + b"]"
 

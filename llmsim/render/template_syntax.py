@@ -26,6 +26,13 @@ def node_kind(node: Any) -> str:
     return "const"
 
 
+def entry_key(key: Any) -> str:
+    """A `$for`/`$key` entry's key, which must be a string (a JSON object's key)."""
+    if not isinstance(key, str):
+        raise TypeError(f"a $key must be a string, got {type(key).__name__} {key!r}")
+    return key
+
+
 def loop_names(match: re.Match) -> tuple[str, ...]:
     """The names a LOOP match binds."""
     return tuple(name.strip() for name in match.group(1).split(","))
@@ -66,7 +73,7 @@ def free_names(node: Any, objects: dict[str, Any], reads: Callable[[str], set[st
         return set()
     if "$for" in node:
         loop = LOOP.match(node["$for"]) if isinstance(node["$for"], str) else None
-        body = free_names(node.get("$do"), objects, reads, seen)
+        body = _union([free_names(node.get(k), objects, reads, seen) for k in ("$do", "$key")])
         if loop is None or body is None:
             return None
         return reads("{{ " + loop.group(2) + " }}") | (body - set(loop_names(loop)))

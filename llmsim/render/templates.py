@@ -9,8 +9,9 @@ A template file (`templates/<name>.yaml`) may hold:
 Values are YAML with jinja2 expressions. A string that is exactly ``"{{ expr }}"`` yields
 the expression's native value (number, list, None...); any other string with ``{{`` is a
 text template. Directives inside values: ``$object``/``$with`` (embed a named object,
-with extra variables), ``$for``/``$do`` (a list, one entry per item), ``$if``/``$then``/
-``$else`` (a choice). A value that renders to ``omit`` drops its key (or list entry).
+with extra variables), ``$for``/``$do`` (a list, one entry per item; with ``$key``, a
+mapping, one key per item), ``$if``/``$then``/``$else`` (a choice). A value that renders
+to ``omit`` drops its key (or list entry).
 
 Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event line;
 ``at`` is the due time in seconds after the request began; without it a step is due with
@@ -42,7 +43,7 @@ from llmsim.render.jsonbytes import dumps
 from llmsim.render.jsoncodegen import JsonCodegen
 from llmsim.render.jsonwriter import JsonCompiler
 from llmsim.render.stepcodegen import NO_ROLE, Role, StepCodegen
-from llmsim.render.template_syntax import LOOP, ONE_NAME, bound_names, loop_names, node_kind
+from llmsim.render.template_syntax import LOOP, ONE_NAME, bound_names, entry_key, loop_names, node_kind
 
 Node = Callable[[dict], Any]
 
@@ -222,6 +223,8 @@ class Compiler:
         return self._kinds[node_kind(node)](node, where)
 
     def _dict(self, node: dict, where: str) -> Node:
+        if "$key" in node or "$do" in node:
+            raise ConfigError(f"{where}: $key and $do belong to a $for")
         items = [(key, self.value(val, f"{where}.{key}")) for key, val in node.items()]
         if all(isinstance(f, _Const) for _, f in items) and not any(f.value is OMIT for _, f in items):
             return _Const({k: f.value for k, f in items})
@@ -277,6 +280,9 @@ class Compiler:
         return names if unpacks else names[0], self.string("{{" + match.group(2) + "}}", where)
 
     def _for(self, node: dict, where: str) -> Node:
+        if "$key" in node:
+            entries = self.entries(node, where, self.value, OMIT)
+            return lambda ctx: dict(entries(ctx))
         items = self.items(node, where, self.value)
         return lambda ctx: [value for value in items(ctx) if value is not OMIT]
 
@@ -285,6 +291,26 @@ class Compiler:
         var, source = self.loop(node["$for"], f"{where}.$for")
         body = compile_body(node.get("$do"), f"{where}.$do")
         return lambda ctx: (body({**ctx, var: item}) for item in source(ctx))
+
+    def entries(self, node: dict, where: str, compile_body: Callable, omitted: Any) -> Callable[[dict], Iterator]:
+        """`{$for: "x in xs", $key: KEY, $do: body}`: (key, body) for each item, the body
+        compiled by `compile_body`; an item whose body is `omitted` has no entry (and its key
+        is not rendered). A key must be a string."""
+        var, source = self.loop(node["$for"], f"{where}.$for")
+        key = self.value(node["$key"], f"{where}.$key")
+        body = compile_body(node.get("$do"), f"{where}.$do")
+
+        def run(ctx):
+            for item in source(ctx):
+                inner = {**ctx, var: item}
+                value = body(inner)
+                if value is not omitted:
+                    try:
+                        name = entry_key(key(inner))
+                    except TypeError as exc:
+                        raise ConfigError(f"{where}.$key: {exc}") from None
+                    yield name, value
+        return run
 
     def _if(self, node: dict, where: str) -> Node:
         test = self.value(node["$if"], f"{where}.$if")

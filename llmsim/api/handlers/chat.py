@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 from llmsim.api import answer, ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import chatplan, inputs
+from llmsim.simulator import Simulator
 from llmsim.state.chats import ChatStore
 
-if TYPE_CHECKING:   # types only: the composition root sits above the API
+if TYPE_CHECKING:   # a type only
     from llmsim.api.current import Current
-    from llmsim.simulator import Simulator
 
 
 class ChatHandlers:

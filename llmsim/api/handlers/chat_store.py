@@ -2,15 +2,11 @@
 GET / POST (metadata) / DELETE /chat/completions/{id}, and its messages."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llmsim.errors import InvalidRequestError
 from llmsim.pacing import transport
+from llmsim.simulator import Simulator
 from llmsim.state.chats import ChatStore
 from llmsim.state.store import paginate
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
 
 
 class ChatStoreHandlers:

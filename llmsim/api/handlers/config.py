@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from llmsim import datafiles
 from llmsim.pacing import transport
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
+from llmsim.simulator import Simulator
 
 REDACTED = "redacted"
 

@@ -1,15 +1,11 @@
 """Conversations: create, retrieve, update metadata, delete, and their items."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llmsim.errors import InvalidRequestError, NotFoundError
 from llmsim.pacing import transport
+from llmsim.simulator import Simulator
 from llmsim.state.responses import conversation_not_found
 from llmsim.state.store import Conversation, paginate
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
 
 
 class ConversationsHandlers:

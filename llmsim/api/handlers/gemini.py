@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from llmsim.api import answer
 from llmsim.pacing import transport
 from llmsim.sim import geminiplan
+from llmsim.simulator import Simulator
 
-if TYPE_CHECKING:   # types only: the composition root sits above the API
+if TYPE_CHECKING:   # a type only
     from llmsim.api.current import Current
-    from llmsim.simulator import Simulator
 
 API = "gemini"      # its name to faults (templates/faults.yaml) and stats
 

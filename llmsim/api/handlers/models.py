@@ -1,12 +1,8 @@
 """GET /models and /models/{model}."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llmsim.pacing import transport
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
+from llmsim.simulator import Simulator
 
 
 class ModelsHandlers:

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 from llmsim.api import answer
 from llmsim.sim import latency, moderation
 from llmsim.sim.plan import Usage
+from llmsim.simulator import Simulator
 
-if TYPE_CHECKING:   # types only: the composition root sits above the API
+if TYPE_CHECKING:   # a type only
     from llmsim.api.current import Current
-    from llmsim.simulator import Simulator
 
 
 class ModerationsHandlers:

@@ -2,16 +2,12 @@
 POST /responses/input_tokens (the count a request would have)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llmsim.errors import InvalidRequestError
 from llmsim.pacing import transport
 from llmsim.sim import plan as planning
+from llmsim.simulator import Simulator
 from llmsim.state.responses import response_not_found
 from llmsim.state.store import paginate
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
 
 
 class ResponseStoreHandlers:

@@ -7,11 +7,11 @@ from llmsim.api import answer, ratelimiting
 from llmsim.pacing import transport
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
+from llmsim.simulator import Simulator
 from llmsim.state.responses import Replay, wants_store
 
-if TYPE_CHECKING:   # types only: the composition root sits above the API
+if TYPE_CHECKING:   # a type only
     from llmsim.api.current import Current
-    from llmsim.simulator import Simulator
 
 
 class ResponsesHandlers:

@@ -1,15 +1,11 @@
 """GET /llmsim/stats (JSON) and /llmsim/metrics, /metrics (Prometheus text)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.responses import Response
 
 from llmsim.observe import metrics, statsview
 from llmsim.pacing import transport
-
-if TYPE_CHECKING:   # a type only: the composition root sits above the API
-    from llmsim.simulator import Simulator
+from llmsim.simulator import Simulator
 
 
 class StatsHandlers:
