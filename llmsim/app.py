@@ -133,19 +133,21 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         return render_error(ServerError("The server had an error while processing your request."),
                             request.url.path)
 
+    # connexion gets each document as read by the C YAML loader (its own reader is PyYAML's
+    # pure-Python one, most of the cost of building the app); documents' $refs are internal.
     # The document is served under each prefix (`/openai/v1/openapi.json`), not bare (`""`);
     # the Swagger UI is not (an extra).
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
     for base in base_paths:
-        app.add_api(settings.spec_path, base_path=base, name=base or "bare",
+        app.add_api(datafiles.read_yaml(settings.spec_path), base_path=base, name=base or "bare",
                     validator_map={"body": {"application/json": BodyValidator}},
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
 
     for doc in apis.documents:      # each on its own base paths (its `servers`)
         for base in doc.own:
-            app.add_api(doc.path, base_path=base, name=f"{doc.name}:{base}",
+            app.add_api(datafiles.read_yaml(doc.path), base_path=base, name=f"{doc.name}:{base}",
                         validator_map={"body": {"application/json": BodyValidator}},
                         strict_validation=False, validate_responses=False,
                         swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
@@ -153,7 +155,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths))
     app.add_url_rule("/health", "health", health, methods=["GET"])
-    app.add_api(ADMIN_SPEC, base_path="/llmsim", name="/llmsim", strict_validation=False,
+    app.add_api(datafiles.read_yaml(ADMIN_SPEC), base_path="/llmsim", name="/llmsim", strict_validation=False,
                 validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)
     app.add_url_rule("/metrics", "metrics", groups["stats"].metrics, methods=["GET"])  # scrapers' default
 

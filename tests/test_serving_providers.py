@@ -70,7 +70,7 @@ def test_anthropic_reads_a_repeated_prompt_from_the_prefix_cache_and_answers_soo
     assert read > 0 and read % BLOCK == 0
     assert warm_usage.input_tokens == total - read <= BLOCK      # all but the last partial block
     assert warm_usage.cache_creation_input_tokens == 0        # nothing marked: nothing written
-    assert cold - warm >= 0.8 * PREFILL_MS * read / 1000, (cold, warm, read)
+    assert cold - warm >= 0.5 * PREFILL_MS * read / 1000, (cold, warm, read)
 
 
 def test_anthropic_cache_control_writes_the_marked_prefix_not_read(claude):
@@ -128,7 +128,7 @@ def test_gemini_reports_implicit_cache_hits_and_answers_sooner(gemini):
     cached = warm_usage.cached_content_token_count
     assert cached > 0 and cached % BLOCK == 0
     assert warm_usage.prompt_token_count - cached <= BLOCK     # promptTokenCount counts the cached part too
-    assert cold - warm >= 0.8 * PREFILL_MS * cached / 1000, (cold, warm, cached)
+    assert cold - warm >= 0.5 * PREFILL_MS * cached / 1000, (cold, warm, cached)
 
 
 def test_gemini_body_with_cache_hits_matches_googles_shape(server):
