@@ -7,7 +7,8 @@
 * WebSocket connections: observed and checked, then to the Responses WebSocket router
   (connexion routes HTTP only).
 * `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
-* lifespan: the observer's start and stop around connexion's.
+* lifespan: the observer's start and stop around connexion's; from its start, a shutdown
+  signal ends the streams still running with an error (llmsim.pacing.draining).
 * `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
   server closes the connection: mid-body for streams, right after the headers otherwise.
 
@@ -28,6 +29,7 @@ from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError
 from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
+from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.connection import responder
 
@@ -74,6 +76,7 @@ class Front:
         self.fail_orphans = sim.state.fail_orphans
         self.sweeps = sim.settings.workers == 1
         self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
+        self.graceful_timeout = sim.settings.graceful_timeout_s
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -102,9 +105,11 @@ class Front:
             self.observer.serving()
             self.webhooks.serving()
             self.live.serving()
+            DRAIN.serving(self.graceful_timeout)     # streams still running at shutdown end with an error
             try:
                 await self.app(scope, receive, send)
             finally:
+                DRAIN.stopped()
                 await self.live.stopped()
                 await self.webhooks.stopped()
                 self.observer.stopped()
