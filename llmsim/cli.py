@@ -128,6 +128,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
     serve.add_argument("--rate-limits", type=_yaml, help="limits per model and key, YAML: "
                        "'{default: {rpm: 500}, models: {gpt-4o: {tpm: 30000}}, keys: {KEY: {rpm: 5}}}'")
+    # slow and surplus clients (llmsim.server.deadlines, llmsim.api.front)
+    serve.add_argument("--header-timeout", dest="header_timeout_s", type=float, metavar="S",
+                       help="disconnect a client that has not sent its request head S seconds after "
+                       "connecting (default 10)")
+    serve.add_argument("--body-timeout", dest="body_timeout_s", type=float, metavar="S",
+                       help="answer 408 and close the connection when a request body has not all "
+                       "arrived S seconds after its head (default 30)")
+    serve.add_argument("--max-connections", type=int, metavar="N",
+                       help="beyond N connections with a request in flight or a WebSocket open (per "
+                       "process), answer 503 and close the connection (default: no limit)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
@@ -228,6 +238,8 @@ def _serve(settings: Settings) -> int:
                        timeout_graceful_shutdown=settings.graceful_timeout_s)
         if tuned:       # llmsim.server's protocol and accept loop; `plain`: uvicorn's defaults
             options.update(http=http_protocol(), loop="llmsim.server.accepting:new_event_loop")
+        else:           # uvicorn's protocol, its request head timed (llmsim.server.deadlines)
+            options.update(http="llmsim.server.deadlines:PlainProtocol")
         if settings.workers == 1:
             from llmsim.app import create_app
             config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens

@@ -94,6 +94,10 @@ class Settings:
     rate_limit_tpm: int | None = None   # tokens per minute, every (API key, model)
     rate_limits: dict | None = None     # {default: {rpm, tpm}, models: {NAME: ...}, keys: {KEY: ...}}
 
+    header_timeout_s: float | None = 10.0   # a connection's request head must arrive within this (else closed)
+    body_timeout_s: float | None = 30.0     # a request's body must arrive within this after its head (else 408)
+    max_connections: int | None = None  # connections with a request or WebSocket open, per process, beyond which 503
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
