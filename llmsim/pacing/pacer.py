@@ -25,6 +25,8 @@ from typing import Any, Awaitable, Callable, Iterator
 from llmsim.errors import ConnectionDrop
 
 SLOT = 0.0001           # the finest slot of a Pacer (seconds): a clock finer than uvloop's
+MAX_BATCH = 256         # events written at most per step: what a stream owes after its client
+                        # stopped reading goes out in writes this size, each waiting for the client
 INFINITE = 2**63
 
 
@@ -131,6 +133,10 @@ class PacedStream:
                 if batch_due is None:
                     batch_due = due
                 batch.append(pair[1])
+                if len(batch) == MAX_BATCH:     # far behind (its client stopped reading): the
+                    self.pending = pair = next(timed)   # rest in later writes, as it reads
+                    due = start + pair[0]
+                    break
                 pair = next(timed)
         except StopIteration:
             self.pending = due = None
