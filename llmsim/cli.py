@@ -122,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
                        "in bytes; when it is full, requests that write get 503 (default: no limit)")
     serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
                        help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
-                       "seconds, then end them (default: wait for them all)")
+                       "seconds; streams still running then end with their API's error event "
+                       "(default: wait for them all)")
     # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
     serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
     serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
