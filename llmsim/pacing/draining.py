@@ -6,7 +6,8 @@ then cancels what is left: a cut stream with no terminal event. `DRAIN` hears th
 first (its handler wraps the server's, installed as the app starts serving: stock uvicorn's and
 the tuned server's alike) and ends those streams itself, each with its API's terminal error
 (templates/faults.yaml, as a mid-stream fault): a Responses WebSocket response in flight at
-once, before uvicorn closes its socket; paced SSE streams `ENDS_EARLY` seconds before
+once, and uvicorn hears the signal once those have sent their error frames (it closes every
+WebSocket as its shutdown begins); paced SSE streams `ENDS_EARLY` seconds before
 uvicorn's timeout, so that their last events are out before it cancels anything. A stream
 learns it is being ended from its frames (llmsim.faults.injection: `begun` / `ended`),
 and the pacer (`Pacer.end_all`) or the task pacing it (`sleepers`) asks it for what is left.
@@ -20,6 +21,8 @@ import threading
 from llmsim.pacing.pacer import PACERS
 
 ENDS_EARLY = 0.2        # seconds before uvicorn's graceful timeout that streams still running end
+WEBSOCKETS_END = 0.5    # seconds WebSocket responses may take to send their error frames before
+                        # the server hears the signal (and closes their sockets)
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasattr(signal, name))
 
 
@@ -43,7 +46,7 @@ class Drain:
             return                          # (an app served in a test's thread: no signals)
         for sig in SIGNALS:
             handler = signal.getsignal(sig)
-            if callable(handler):           # the server's (uvicorn's) handler: called first
+            if callable(handler) and handler != self._on_signal:    # the server's (uvicorn's): called first
                 self._wrapped[sig] = handler
                 signal.signal(sig, self._on_signal)
 
@@ -55,22 +58,40 @@ class Drain:
         self._wrapped.clear()
 
     def _on_signal(self, signum, frame) -> None:
+        """The server's handler, once the WebSocket responses in flight have sent their error
+        frames (uvicorn closes every WebSocket as its shutdown begins); at once if the loop
+        is gone or the shutdown has begun already (a second Ctrl-C: uvicorn's forced exit)."""
         handler = self._wrapped.get(signum)
-        if callable(handler):
-            handler(signum, frame)
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.begin)
-
-    def begin(self) -> None:
-        """Shutting down: WebSocket responses in flight end now (uvicorn closes their sockets
-        next); with a graceful timeout, every other stream still running ends just before it."""
-        if self.begun:
+        if self.begun or self.loop is None or self.loop.is_closed():
+            if callable(handler):
+                handler(signum, frame)
             return
+        self.loop.call_soon_threadsafe(self._shut_down, handler, signum)
+
+    def _shut_down(self, handler, signum) -> None:
+        ending = self.begin()
+        if not ending:
+            handler(signum, None)
+            return
+
+        async def then():
+            await asyncio.wait(ending, timeout=WEBSOCKETS_END)
+            handler(signum, None)
+        self.loop.create_task(then())
+
+    def begin(self) -> list[asyncio.Task]:
+        """Shutting down: WebSocket responses in flight end now (their tasks, returned, close
+        their sockets once the error frame is sent); with a graceful timeout, every other
+        stream still running ends just before it."""
+        if self.begun:
+            return []
         self.begun = True
-        for task in list(self.sleepers):
+        ending = list(self.sleepers)
+        for task in ending:
             task.cancel()
         if self.timeout is not None:
             asyncio.get_running_loop().call_later(max(0.0, self.timeout - ENDS_EARLY), self.end)
+        return ending
 
     def end(self) -> None:
         """The graceful timeout is (nearly) over: end every paced stream still running."""

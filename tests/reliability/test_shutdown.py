@@ -19,6 +19,7 @@ import sse
 from conftest import LiveServer
 from oai_schemas import validate_response_event, validate_ws_error
 
+pytestmark = pytest.mark.slow
 GRACE = 1.5         # --graceful-timeout: every long stream still runs then
 LONG_S = 8.0        # how long a long stream would take (200 tokens, 40 ms apart)
 MODEL = "gpt-4o"
@@ -61,6 +62,7 @@ async def websocket_turn(server, out: dict) -> None:
                 events.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
         except ConnectionClosed as closed:
             out["close"] = closed.rcvd.code if closed.rcvd else None
+            out["closed_at"] = time.monotonic()
 
 
 def started(out: dict, key: str = "events") -> bool:
@@ -104,7 +106,9 @@ def shutdown(request):
         server.proc.wait(15)
         exited = time.monotonic() - signalled
         print(f"\nSIGTERM (--server {request.param}, --graceful-timeout {GRACE}): every client saw its "
-              f"terminal event within {ended:.2f} s; exit status {server.proc.returncode} after {exited:.2f} s")
+              f"terminal event within {ended:.2f} s (the WebSocket's error frame and close within "
+              f"{seen['websocket'].get('closed_at', float('nan')) - signalled:.2f} s); exit status "
+              f"{server.proc.returncode} after {exited:.2f} s")
         yield {"seen": seen, "ended": ended, "status": server.proc.returncode, "output": server.output()}
     finally:
         server.stop()
