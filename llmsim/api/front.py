@@ -35,7 +35,7 @@ from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.transport import SSEResponse
-from llmsim.server.connection import responder
+from llmsim.server.connection import body_arrived, responder
 
 if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
     from llmsim.api.apis import Apis
@@ -131,9 +131,11 @@ class Front:
         error.headers["connection"] = "close"
         return error
 
-    def _bounded(self, receive, headers: dict):
-        """`receive`, its body due within `body_timeout` seconds (llmsim.api.deadline)."""
-        if self.body_timeout is None or (b"content-length" not in headers and b"transfer-encoding" not in headers):
+    def _bounded(self, scope, receive, headers: dict):
+        """`receive`, its body due within `body_timeout` seconds (llmsim.api.deadline); as it
+        is when there is no body, or (tuned server) it has all arrived already."""
+        if self.body_timeout is None or (b"content-length" not in headers and b"transfer-encoding" not in headers) \
+                or (self.tuned and body_arrived(scope)):
             return receive
         return BodyDeadline(receive, self.body_timeout)
 
@@ -143,7 +145,7 @@ class Front:
         ex = observer.begin(scope, path, headers)
         if self.claim is not None:
             scope = self.claim(scope, headers)
-        receive = self._bounded(receive, headers)
+        receive = self._bounded(scope, receive, headers)
         closing = False                 # the answer closes the connection (no tuned one-write answer)
         self.open += 1
 
@@ -203,7 +205,7 @@ class Front:
         self.open += 1
         try:
             try:
-                admitted = await self.guard.admit(scope, self._bounded(receive, headers), headers)
+                admitted = await self.guard.admit(scope, self._bounded(scope, receive, headers), headers)
             except APIError as exc:
                 await self.render_error(exc)(scope, receive, send)
                 return

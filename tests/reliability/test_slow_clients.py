@@ -101,6 +101,17 @@ def test_a_stalled_body_gets_408_in_the_envelope_and_the_connection_closes(serve
     assert BODY_S * 0.8 < took < BODY_S + 3
 
 
+def test_a_body_that_arrives_within_the_timeout_is_answered(server):
+    body = json.dumps({"model": MODEL, "input": "hello", "max_output_tokens": 5}).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body[:10]))
+        time.sleep(BODY_S / 3)
+        sock.sendall(body[10:])
+        _, received = until_closed(sock)
+    assert received.startswith(b"HTTP/1.1 200")
+
+
 def test_ordinary_requests_are_not_cut(server):
     client = server.client(timeout=30)
     assert client.responses.create(model=MODEL, input="hi", max_output_tokens=20).output_text
