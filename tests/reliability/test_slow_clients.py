@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import statistics
 import subprocess
 import threading
 import time
@@ -195,11 +194,10 @@ def test_after_a_stall_the_stream_catches_up_and_ends_when_planned(stalled):
 
 
 def test_after_catching_up_events_come_at_the_profiles_gap(stalled):
-    arrivals = stalled["arrivals"]
-    late = [t for t in arrivals if t > stalled["resumed"] + 0.5]    # past the catch-up burst
-    gaps = [b - a for a, b in zip(late, late[1:])]
-    assert len(gaps) > 50
-    assert GAP_MS / 2 < statistics.median(gaps) * 1000 < GAP_MS * 2
+    last = stalled["arrivals"][-100:]       # the last 0.4 s of the stream, well past the catch-up
+    assert last[0] > stalled["resumed"]
+    mean_gap_ms = (last[-1] - last[0]) / (len(last) - 1) * 1000    # (a read may hold several events)
+    assert GAP_MS / 2 < mean_gap_ms < GAP_MS * 2
 
 
 def stream_events(server, events: list) -> None:
