@@ -122,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
                        "in bytes; when it is full, requests that write get 503 (default: no limit)")
     serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
                        help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
-                       "seconds, then end them (default: wait for them all)")
+                       "seconds; streams still running then end with their API's error event "
+                       "(default: wait for them all)")
     # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
     serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
     serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
@@ -135,6 +136,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--background-lease-s", type=float, metavar="S",
                        help="a background response whose server renewed no lease for S seconds (or stopped, "
                        "on this machine) is marked failed (default 10)")
+    # slow and surplus clients (llmsim.server.deadlines, llmsim.api.front)
+    serve.add_argument("--header-timeout", dest="header_timeout_s", type=float, metavar="S",
+                       help="disconnect a client that has not sent its request head S seconds after "
+                       "connecting (default 10)")
+    serve.add_argument("--body-timeout", dest="body_timeout_s", type=float, metavar="S",
+                       help="answer 408 and close the connection when a request body has not all "
+                       "arrived S seconds after its head (default 30)")
+    serve.add_argument("--max-connections", type=int, metavar="N",
+                       help="beyond N connections with a request in flight or a WebSocket open (per "
+                       "process), answer 503 and close the connection (default: no limit)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
@@ -235,6 +246,8 @@ def _serve(settings: Settings) -> int:
                        timeout_graceful_shutdown=settings.graceful_timeout_s)
         if tuned:       # llmsim.server's protocol and accept loop; `plain`: uvicorn's defaults
             options.update(http=http_protocol(), loop="llmsim.server.accepting:new_event_loop")
+        else:           # uvicorn's protocol, its request head timed (llmsim.server.deadlines)
+            options.update(http="llmsim.server.deadlines:PlainProtocol")
         if settings.workers == 1:
             from llmsim.app import create_app
             config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens

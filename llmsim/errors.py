@@ -11,6 +11,7 @@
         ├── NotFoundError              404
         │   └── ModelNotFoundError     404 model_not_found, param "model"
         ├── MethodNotAllowedError      405
+        ├── RequestTimeoutError        408 request_timeout (the body came too slowly)
         ├── PayloadTooLargeError       413
         ├── UnsupportedMediaTypeError  415
         ├── ServerError                500 server_error
@@ -95,6 +96,16 @@ class MethodNotAllowedError(APIError):
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
+
+
+class RequestTimeoutError(APIError):
+    """The request's body did not all arrive in time (`body_timeout_s`); the connection closes."""
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, headers={"connection": "close"}, **kwargs)
 
 
 class PayloadTooLargeError(APIError):

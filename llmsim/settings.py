@@ -97,6 +97,9 @@ class Settings:
     store_evict_when_full: bool = True  # a full LMDB / SQLite store evicts its oldest entries, then writes
     background_lease_s: float = 10.0    # a background response whose process renewed no lease for this long
                                         # (or is gone from this machine) is marked failed (llmsim.state.background)
+    header_timeout_s: float | None = 10.0   # a connection's request head must arrive within this (else closed)
+    body_timeout_s: float | None = 30.0     # a request's body must arrive within this after its head (else 408)
+    max_connections: int | None = None  # connections with a request or WebSocket open, per process, beyond which 503
 
     @property
     def usage(self) -> str:

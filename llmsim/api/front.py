@@ -7,7 +7,11 @@
 * WebSocket connections: observed and checked, then to the Responses WebSocket router
   (connexion routes HTTP only).
 * `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
-* lifespan: the observer's start and stop around connexion's.
+* lifespan: the observer's start and stop around connexion's; from its start, a shutdown
+  signal ends the streams still running with an error (llmsim.pacing.draining).
+* Surplus and slow clients: beyond `max_connections` requests in flight and WebSockets open,
+  an API request or upgrade gets 503 and its connection closes; a body that has not all
+  arrived `body_timeout_s` after its head gets 408 (llmsim.api.deadline), the connection closed.
 * `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
   server closes the connection: mid-body for streams, right after the headers otherwise.
 
@@ -24,12 +28,14 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
+from llmsim.api.deadline import BodyDeadline
 from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
-from llmsim.errors import APIError, ConnectionDrop, ServerError
+from llmsim.errors import APIError, ConnectionDrop, ServerError, ServiceUnavailableError
 from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
+from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.transport import SSEResponse
-from llmsim.server.connection import responder
+from llmsim.server.connection import body_arrived, responder
 
 if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
     from llmsim.api.apis import Apis
@@ -37,6 +43,7 @@ if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
 
 ADMIN_PATHS = frozenset({"/metrics", "/health"})
 ADMIN_PREFIX = "/llmsim/"
+INFINITE = 2**63        # max_connections unset
 log = logging.getLogger("llmsim")
 
 
@@ -75,6 +82,11 @@ class Front:
         self.fail_orphans = sim.state.fail_orphans
         self.sweeps = sim.settings.workers == 1
         self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
+        self.graceful_timeout = sim.settings.graceful_timeout_s
+        self.body_timeout = sim.settings.body_timeout_s
+        self.header_timeout_s = sim.settings.header_timeout_s     # read by llmsim.server.deadlines
+        self.max_open = sim.settings.max_connections or INFINITE
+        self.open = 0       # requests in flight (API and llmsim's own) and WebSockets open
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -104,9 +116,11 @@ class Front:
             self.webhooks.serving()
             self.jobs.serving()
             self.live.serving()
+            DRAIN.serving(self.graceful_timeout)     # streams still running at shutdown end with an error
             try:
                 await self.app(scope, receive, send)
             finally:
+                DRAIN.stopped()
                 await self.live.stopped()
                 await self.jobs.stopped()
                 await self.webhooks.stopped()
@@ -114,12 +128,29 @@ class Front:
         else:
             await self.app(scope, receive, send)
 
+    def _too_many(self) -> ServiceUnavailableError:
+        error = ServiceUnavailableError(
+            f"Too many open connections (limit {self.max_open}, setting max_connections); retry later.")
+        error.headers["connection"] = "close"
+        return error
+
+    def _bounded(self, scope, receive, headers: dict):
+        """`receive`, its body due within `body_timeout` seconds (llmsim.api.deadline); as it
+        is when there is no body, or (tuned server) it has all arrived already."""
+        if self.body_timeout is None or (b"content-length" not in headers and b"transfer-encoding" not in headers) \
+                or (self.tuned and body_arrived(scope)):
+            return receive
+        return BodyDeadline(receive, self.body_timeout)
+
     async def _api(self, scope, receive, send, path: str) -> None:
         observer = self.observer
         headers = dict(scope["headers"])
         ex = observer.begin(scope, path, headers)
         if self.claim is not None:
             scope = self.claim(scope, headers)
+        receive = self._bounded(scope, receive, headers)
+        closing = False                 # the answer closes the connection (no tuned one-write answer)
+        self.open += 1
 
         def observed_send(message):     # returns send's awaitable: no coroutine of its own
             if message["type"] == "http.response.start":
@@ -128,6 +159,8 @@ class Front:
             return send(message)
         try:
             try:
+                if self.open > self.max_open:
+                    raise self._too_many()
                 guard = self.guard
                 admitted = guard.admitted(scope, receive, headers) or await guard.admit(scope, receive, headers)
                 if admitted is None:
@@ -137,19 +170,21 @@ class Front:
                 response = None if op is None else await op.call(scope, receive)
             except APIError as exc:
                 response = self.render_error(exc, scope["path"])
+                closing = "connection" in exc.headers
             except Exception:
                 log.exception("unexpected error on %s %s", scope["method"], path)
                 response = self.render_error(ServerError(
                     "The server had an error while processing your request."), scope["path"])
             if response is None:
                 await self.app(scope, receive, observed_send)
-            elif not (self.tuned and self._responded(scope, response, ex)):
+            elif closing or not (self.tuned and self._responded(scope, response, ex)):
                 await response(scope, receive, observed_send)
         except ConnectionDrop:
             if not ex.status:       # headers promising a body that never comes
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-type", JSON), (b"content-length", b"1024")]})
         finally:
+            self.open -= 1
             observer.end(ex)
 
     def _responded(self, scope, response: Response, ex) -> bool:
@@ -167,17 +202,25 @@ class Front:
         return False
 
     async def _admin(self, scope, receive, send) -> None:
+        """llmsim's own routes: counted among the open connections, never refused for them
+        (an operator can still look at a full server)."""
         headers = dict(scope["headers"])
+        self.open += 1
         try:
-            admitted = await self.guard.admit(scope, receive, headers)
-        except APIError as exc:
-            await self.render_error(exc)(scope, receive, send)
-            return
-        if admitted is not None:
-            await self.app(*admitted, send)
+            try:
+                admitted = await self.guard.admit(scope, self._bounded(scope, receive, headers), headers)
+            except APIError as exc:
+                await self.render_error(exc)(scope, receive, send)
+                return
+            if admitted is not None:
+                await self.app(*admitted, send)
+        finally:
+            self.open -= 1
 
     async def _websocket(self, scope, receive, send) -> None:
         try:
+            if self.open >= self.max_open:
+                raise self._too_many()
             self.guard.check(scope, dict(scope.get("headers") or ()))
             refused = None
         except APIError as exc:
@@ -188,4 +231,8 @@ class Front:
                 await refuse_websocket(scope, send, refused, self.render_error(refused).body)
             else:
                 await self.websockets(scope, receive, send)
-        await self.observer.websocket(scope, receive, send, scope.get("path", ""), app)
+        self.open += 1
+        try:
+            await self.observer.websocket(scope, receive, send, scope.get("path", ""), app)
+        finally:
+            self.open -= 1

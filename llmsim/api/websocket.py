@@ -50,6 +50,7 @@ from llmsim.api import ratelimiting, validation
 from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
+from llmsim.pacing.draining import DRAIN
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
 from llmsim.simulator import Simulator
@@ -59,6 +60,7 @@ CREATE = "response.create"
 REQUEST_SCHEMA = "CreateResponseRequest"
 CLOSE_NORMAL, CLOSE_TRY_AGAIN_LATER = 1000, 1013
 CLOSE_DROPPED = 1011       # an injected stream_drop fault: the socket ends mid-response
+CLOSE_SHUTDOWN = 1012      # the server is shutting down (what uvicorn closes idle sockets with)
 QUEUED_FRAMES = 256          # per connection; beyond this the socket is not read (backpressure)
 GONE = (WebSocketDisconnect, WebSocketDisconnected)
 
@@ -221,6 +223,9 @@ class Connection:
             raw = await frames.get()
             try:
                 await self.respond(raw)
+                if DRAIN.begun:         # shutting down: the response ended with an error frame
+                    await self.websocket.close(CLOSE_SHUTDOWN)
+                    return
             except GONE:
                 return
             except ConnectionDrop:

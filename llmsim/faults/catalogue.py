@@ -269,6 +269,12 @@ class FaultInjector:
                              code=kind.code, headers=headers,
                              param=kind.param.format_map(values) if kind.param else None)
 
+    def stops(self, api: str) -> bool:
+        """Whether a shutdown ends this API's streams with an error (llmsim.pacing.draining):
+        WebSocket responses always (the server closes their sockets), the others when
+        there is a graceful timeout (without one, they run to their end)."""
+        return api == "websocket" or self.settings.graceful_timeout_s is not None
+
     def begin(self, api: str, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> "Injection":
         """The one call a handler makes per request (api: responses | chat | websocket).
 
@@ -286,7 +292,7 @@ class FaultInjector:
     def apply(self, fault: Fault | None, api: str, body: Mapping[str, Any]) -> "Injection":
         """What `fault` does to this request (see `begin`)."""
         if fault is None:
-            return NO_FAULT
+            return Injection(self, None, api, body) if self.stops(api) else NO_FAULT
         self.injected[fault.kind.name] += 1
         fault_injected(fault.kind.name)  # live stats: errors.injected, the request's trace line
         effect = fault.kind.effect

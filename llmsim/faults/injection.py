@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol
 
-from llmsim.errors import ConnectionDrop
+from llmsim.errors import ConnectionDrop, ServerError
 from llmsim.faults.kinds import Fault
+from llmsim.pacing.draining import DRAIN
 from llmsim.render import sse
 from llmsim.render.templates import Event, MarkedEvent, Template
 from llmsim.sim import contentfaults
@@ -26,6 +27,8 @@ class Injector(Protocol):
     clock: Any
     settings: Any
     tails: Template
+
+    def stops(self, api: str) -> bool: ...
 
     def error(self, fault: Fault, api: str, body: Mapping[str, Any]) -> Exception: ...
 
@@ -104,10 +107,36 @@ class Injection:
         return self._cut(template.marked(**ctx), ctx)
 
     def frames(self, template: Template, **ctx) -> Iterator[tuple[float, bytes]]:
-        """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `events` cuts it."""
-        if not self.cuts_stream:
-            return template.frames(**ctx)
-        return sse.framed(self._cut(template.marked(**ctx), ctx))
+        """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `events` cuts it;
+        ended by a shutdown when the injector `stops` this API's streams (`_stoppable`)."""
+        frames = template.frames(**ctx) if not self.cuts_stream else sse.framed(
+            self._cut(template.marked(**ctx), ctx))
+        if self.injector is None or not self.injector.stops(self.api):
+            return frames
+        return self._stoppable(frames, ctx)
+
+    def _stoppable(self, frames: Iterator[tuple[float, bytes]], ctx: dict) -> Iterator[tuple[float, bytes]]:
+        """`frames`, until the server shuts down (llmsim.pacing.draining): then, instead of the
+        rest, the tail of a mid-stream failure (templates/faults.yaml) with `SHUTDOWN`'s error:
+        `response.failed` (Responses), an error frame (Responses WebSocket, whose socket the
+        server closes next), Chat's error chunk and `[DONE]`, Anthropic's and Gemini's error
+        events. A WebSocket response ends as the shutdown begins (the server closes its
+        socket at once), every other stream when the graceful timeout is (nearly) over."""
+        websocket = self.api == "websocket"
+        count = at = 0.0
+        for at, frame in frames:
+            if DRAIN.begun and (websocket or DRAIN.ended):
+                break
+            yield at, frame
+            count += 1
+        else:
+            return
+        frames.close()
+        error = ServerError(SHUTDOWN, status=503)
+        effect = "stream_error" if websocket else "stream_failed"
+        for event in self.injector.tails.marked(api=self.api, effect=effect, error=error,
+                                                first_seq=int(count), **ctx):
+            yield at, sse.frame(event)
 
     def _cut(self, events: Iterator[MarkedEvent], ctx: dict) -> Iterator[MarkedEvent]:
         limit, tokens, seq = self.after_tokens, 0, 0
@@ -129,6 +158,7 @@ class Injection:
 
 
 NO_FAULT = Injection()
+SHUTDOWN = "The server is shutting down; the response was ended before it finished. Please retry."
 # Effects that change the answer, not its delivery (the stream ends as usual).
 CONTENT = ("content_filter", "truncated_output", *contentfaults.ANSWERS)
 

@@ -25,6 +25,8 @@ from typing import Any, Awaitable, Callable, Iterator
 from llmsim.errors import ConnectionDrop
 
 SLOT = 0.0001           # the finest slot of a Pacer (seconds): a clock finer than uvloop's
+MAX_BATCH = 256         # events written at most per step: what a stream owes after its client
+                        # stopped reading goes out in writes this size, each waiting for the client
 INFINITE = 2**63
 
 
@@ -66,7 +68,7 @@ class PacedStream:
     """One stream: its items as (due time, item) pairs (an SSE frame, an event), when it
     began, how it writes; `done` resolves when it ends."""
     __slots__ = ("timed", "start", "write", "keepalive", "lateness", "clock", "context", "done",
-                 "pending", "stepped", "first_wait", "keepalive_at", "closed", "due")
+                 "pending", "stepped", "first_wait", "keepalive_at", "closed", "due", "stopped")
 
     def __init__(self, timed: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
@@ -84,6 +86,7 @@ class PacedStream:
         self.keepalive_at: float | None = None
         self.closed = False
         self.due = 0.0                      # when it next writes, while in a Pacer's slot
+        self.stopped = False                # ended early by a shutdown (`end`)
 
     def close(self) -> None:
         """Stop (the client left, or the response ended): nothing more is written."""
@@ -92,6 +95,27 @@ class PacedStream:
             close = getattr(self.timed, "close", None)
             if close is not None:
                 close()
+
+    def end(self, now: float) -> float | None:
+        """The server is shutting down (llmsim.pacing.draining): write what is left of the
+        stream now, which its frames, once they hear of the shutdown, make the next event
+        (already rendered) and the API's terminal error; then finish. Returns None (a
+        stream whose write waits for the client finishes once it is written)."""
+        if self.closed or self.done.done():
+            return None
+        self.stopped, self.keepalive_at = True, None
+        batch = [] if self.pending is None else [self.pending[1]]
+        self.pending = None
+        try:
+            batch += [item for _, item in self.timed]
+        except ConnectionDrop as drop:
+            return self._finish(drop)
+        except BaseException as exc:
+            return self._finish(exc)
+        wait = self.write(batch) if batch else None
+        if wait is not None:
+            return self._after(wait, None, None)
+        return self._finish(None)
 
     def step(self, now: float) -> float | None:
         """Write what is due at `now`; the time of the next write, or None when finished."""
@@ -109,6 +133,10 @@ class PacedStream:
                 if batch_due is None:
                     batch_due = due
                 batch.append(pair[1])
+                if len(batch) == MAX_BATCH:     # far behind (its client stopped reading): the
+                    self.pending = pair = next(timed)   # rest in later writes, as it reads
+                    due = start + pair[0]
+                    break
                 pair = next(timed)
         except StopIteration:
             self.pending = due = None
@@ -150,7 +178,11 @@ class PacedStream:
             if following is None:
                 self._finish(ending)
             elif not self.closed:
-                PACERS.get().add(self, following)
+                pacer = PACERS.get()
+                if pacer.ended:                 # the server shut down meanwhile
+                    self.end(pacer.loop.time())
+                else:
+                    pacer.add(self, following)
         asyncio.get_running_loop().create_task(resume(), context=self.context)
         return None
 
@@ -183,8 +215,26 @@ class Pacer:
         self.ticks: list[int] = []          # heap: the slots' numbers
         self.timer: asyncio.TimerHandle | None = None
         self.timer_tick = INFINITE          # the slot the timer is armed for the end of
+        self.ended = False                  # the server is shutting down: streams end as they come (`end_all`)
+
+    def end_all(self) -> None:
+        """The server is shutting down: every stream waiting here ends now, with what is left
+        of it (`PacedStream.end`), as does any added later."""
+        self.ended = True
+        now = self.loop.time()
+        slots, self.slots, self.ticks = self.slots, {}, []
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer, self.timer_tick = None, INFINITE
+        for tick in sorted(slots):
+            for stream in slots[tick]:
+                if not stream.closed:
+                    stream.context.run(stream.end, now)
 
     def add(self, stream: PacedStream, at: float) -> None:
+        if self.ended:
+            stream.context.run(stream.end, self.loop.time())
+            return
         stream.due = at
         tick = int(at * self.per_second)
         slot = self.slots.get(tick)
@@ -289,6 +339,10 @@ class _Pacers:
         pacer = self.last
         if pacer is not None and pacer.ticks and pacer.loop is loop:
             pacer.catch_up(now)
+
+    def end_all(self) -> None:
+        """The server is shutting down: the running loop's streams end (`Pacer.end_all`)."""
+        self.get().end_all()
 
     def get(self) -> Pacer:
         loop = asyncio.get_running_loop()

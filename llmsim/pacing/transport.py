@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 from starlette.responses import Response
 
 from llmsim.clock import Clock
+from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.render.jsonbytes import decimal, dumps
 from llmsim.render.sse import payload
@@ -53,16 +54,19 @@ async def due_batches(events: Iterable[Event], start: float, clock: Clock) -> As
 
 
 async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clock,
-                    keepalive: float | None = None, lateness=None) -> AsyncIterator[list]:
+                    keepalive: float | None = None, lateness=None,
+                    stoppable: bool = False) -> AsyncIterator[list]:
     """Pacing in the calling task, of (due time, item) pairs: lists of items, each sent when
     its first item is due (`start + due time`). The same state machine as the shared timer's
     (llmsim.pacing.pacer.PacedStream): with `keepalive` (seconds) an empty list comes every
     `keepalive` seconds while waiting for the first token; `lateness` (a `stats.Lateness`)
     records how late each list left; a ConnectionDrop in the items ends it after what was
-    due before it.
+    due before it. `stoppable`: a shutdown signal (llmsim.pacing.draining) ends it at once,
+    with what is left of it.
     """
     written: list[list] = []
     stream = PacedStream(iter(timed), start, written.append, keepalive, lateness, clock)
+    task = asyncio.current_task() if stoppable else None
     try:
         following = stream.step(clock.now())
         while True:
@@ -71,7 +75,24 @@ async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clo
             written.clear()
             if following is None:
                 break
-            await clock.sleep_until(following)
+            if task is None:
+                await clock.sleep_until(following)
+                following = stream.step(clock.now())
+                continue
+            if DRAIN.begun:                 # (it came while this stream was writing)
+                following = stream.end(clock.now())
+                continue
+            DRAIN.sleepers.add(task)
+            try:
+                await clock.sleep_until(following)
+            except asyncio.CancelledError:
+                if not DRAIN.begun:
+                    raise
+                task.uncancel()             # the server is shutting down: what is left, now
+                following = stream.end(clock.now())
+                continue
+            finally:
+                DRAIN.sleepers.discard(task)
             following = stream.step(clock.now())
     finally:
         stream.close()
@@ -163,8 +184,8 @@ class SSEResponse(Response):
                 self._waiting = stream.done
                 await stream.done
                 self._waiting = None
-                if chunks.on_end is not None and (ending := chunks.on_end()) is not None:
-                    await ending
+                if chunks.on_end is not None and not stream.stopped and (ending := chunks.on_end()) is not None:
+                    await ending            # (a stream a shutdown ended is not kept)
             else:
                 async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -226,6 +247,6 @@ class SSEResponse(Response):
 async def ws_send(websocket, paced: Paced) -> None:
     """A paced SSE stream over a WebSocket: each event's data (`sse.payload`, its frame without
     the `event:`/`data:` envelope) as one text message, at the same deadlines as over HTTP."""
-    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness):
+    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness, True):
         for frame in batch:
             await websocket.send_text(payload(frame).decode())

@@ -42,6 +42,13 @@ def watch_disconnect(scope, callback: Callable[[], None]) -> Callable[[], None] 
     return forget
 
 
+def body_arrived(scope) -> bool:
+    """Whether the request's whole body has been read already (no wait for it can time out);
+    False when the request did not come through llmsim.server.corking's protocol."""
+    _, cycle = _serving(scope)
+    return cycle is not None and not cycle.more_body
+
+
 def chunk_writer(scope) -> Callable[[bytes, bool], bool] | None:
     """For a chunked response whose headers are out: write one body chunk straight to its
     connection, as uvicorn's `send` would, without the ASGI send chain of every middleware

@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmsim.server.connection import PROTOCOL
 from llmsim.server.context import RECEIVED_AT
+from llmsim.server.deadlines import HeadDeadline
 from llmsim.server.requestcycle import METHODS, Cycle, request_target
 from llmsim.server.starting import Starter
 
@@ -118,7 +119,7 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-class CorkedHttpToolsProtocol(HttpToolsProtocol):
+class CorkedHttpToolsProtocol(HeadDeadline, HttpToolsProtocol):
     def _start_asgi_task(self, cycle, app) -> None:
         """After the loop's next read of sockets, at once until it first waits (llmsim.server.starting)."""
         eager = self.eager
