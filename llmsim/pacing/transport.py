@@ -40,7 +40,7 @@ class JSONBytes(Response):
     made directly rather than by its general path (given headers, charset, 204/304 rules)."""
     media_type = JSON
 
-    def __init__(self, content: bytes):  # noqa: super (sets what it would)
+    def __init__(self, content: bytes):  # no super().__init__(): this sets what it would
         self.status_code, self.background, self.body = 200, None, content
         self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
 
@@ -154,7 +154,7 @@ class SSEResponse(Response):
     WATCH_AFTER = 0.05
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncIterator[bytes], headers: dict | None = None):  # noqa: super
+    def __init__(self, chunks: AsyncIterator[bytes], headers: dict | None = None):  # no super().__init__(), as above
         self.chunks = chunks
         self.status_code, self.background = 200, None
         self.raw_headers = list(_SSE_RAW_HEADERS) if not headers else [
