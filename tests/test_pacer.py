@@ -202,7 +202,7 @@ def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_t
     without the requests' own readings is from before the burst."""
     async def burst_then_first_token() -> float:
         clock = Clock()
-        due = clock.now() + 0.5                     # after the burst, even on a busy machine
+        due = clock.now() + 1.0                     # after the burst, even on a busy machine
         written_at: list[float] = []
         stream = PacedStream(framed(events(1)), due, lambda batch: written_at.append(clock.now()),
                              None, None, clock)
@@ -212,7 +212,7 @@ def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_t
             time.sleep(0.01)                        # planning and the first chunk
             await asyncio.get_running_loop().create_future()       # then it streams on
         app = observed(streaming_handler)
-        burst = [asyncio.create_task(call(app)) for _ in range(25)]    # 250 ms in one step
+        burst = [asyncio.create_task(call(app)) for _ in range(60)]    # 600 ms in one step
         await stream.done
         for request in burst:
             request.cancel()
@@ -223,7 +223,7 @@ def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_t
         late = loop.run_until_complete(burst_then_first_token())
     finally:
         loop.close()
-    assert late < 0.15                              # not the burst's 250 ms (or more)
+    assert late < 0.3                               # not the burst's 600 ms (or more)
 
 
 async def test_a_stream_closed_by_its_response_stops_drawing_events():
