@@ -52,7 +52,7 @@ class ChatHandlers:
             ticket = await sim.serving.admit(serving, plan, body, inputs.chat_turns(body["messages"]),
                                              ctx.model.encoding, start)
             start = ticket.start
-        sim.stats.record(plan, "chat", bool(body.get("stream")))
+        sim.stats.record(plan, "chat", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
         if body.get("stream"):
             if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))

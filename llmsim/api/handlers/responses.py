@@ -46,19 +46,20 @@ class ResponsesHandlers:
             await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
-        ticket = None                   # the serving model's (llmsim.state.serving), when on
+        ticket = admission = None       # the serving model's (llmsim.state.serving), when on
         if sim.serving.settings is not sim.settings:
             sim.serving.refresh(sim.settings)
-        if sim.serving.on and not body.get("background"):
-            ticket = await self.admit(ctx, plan, body, prior, start)
-            if ticket is not None:
+        if sim.serving.on:              # a slot, or a place in the queue (a background job waits in it)
+            admission = self.enter(ctx, plan, body, prior, start)
+            if admission is not None and not body.get("background"):
+                ticket = await admission.ticket()
                 start = ticket.start
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
-        sim.stats.record(plan, "responses", bool(body.get("stream")))
+        sim.stats.record(plan, "responses", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
         if body.get("background"):
             events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
-            job, queued = await sim.state.jobs.start(body, prior, own, events, start)
+            job, queued = await sim.state.jobs.start(body, prior, own, events, start, admission)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             frames = fault.frames(self.template, plan=plan, req=body)
@@ -85,11 +86,11 @@ class ResponsesHandlers:
                 await sim.state.conclude(body, prior, own, content)
         return transport.json_response(content)
 
-    async def admit(self, ctx, plan, body: dict, prior, start: float):
-        """The serving model's ticket for this request (None: off for its model)."""
+    def enter(self, ctx, plan, body: dict, prior, start: float):
+        """The serving model's admission of this request (None: off for its model)."""
         serving = self.sim.serving
         params = serving.params(self.sim.settings, ctx.profile)
         if params is None:
             return None
         turns = [*(prior.turns or ()), *inputs.responses_turns(body)]
-        return await serving.admit(params, plan, body, turns, ctx.model.encoding, start)
+        return serving.enter(params, plan, body, turns, ctx.model.encoding, start)
