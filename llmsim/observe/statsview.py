@@ -31,7 +31,7 @@ def gather(stats: Stats) -> dict:
     if stats.share_dir is not None and stats.share_dir.is_dir():
         own = stats.share_path().name
         for path in stats.share_dir.glob("*.json"):
-            if path.name == own:
+            if path.name == own or not path.stem.isdigit():     # (others' files: config.json, ratelimits.json)
                 continue
             try:
                 snap = orjson.loads(path.read_bytes())

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-FILE_NAME = "slots.json"        # in the stats directory
+FILE_NAME = "slots.state"       # in the stats directory (not *.json: those are the workers' snapshots)
 RECLAIM_S = 1.0                 # how often a blocked process looks for dead processes' slots
 FIRST_POLL_S = 0.002            # the first waiter looks this often for a free slot
 LATER_POLL_S = 0.01             # the others, for their turn to be first

@@ -1,0 +1,190 @@
+"""The serving model's slots and queue belong to the host: with `--workers 2 --max-concurrency 1`
+one request of a model is answered at a time whichever worker takes it, the `--max-queue` cap
+holds for the host, WebSocket turns and background responses wait for a slot like HTTP
+requests, and the TTFT llmsim reports includes the wait (docs/serving-model.md).
+
+Through the official SDK against one live server; each test uses a model of its own, so their
+slots do not meet. A new client per request opens a new connection, which either worker may
+accept."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import openai
+import pytest
+
+TTFT_S = 0.2
+TBT_S = 0.02
+TOKENS = 3
+HOLD_S = TTFT_S + (TOKENS - 1) * TBT_S      # how long a short answer holds the slot
+PREFILL_MS = 0.5                            # per input token: a long prompt holds the slot longer
+HOLDER = "hold " * 1000                     # about 0.5 s of prefill: time for a test's next request to come
+QUEUE = 3
+
+
+@pytest.fixture(scope="module")
+def server(live_server_factory):
+    srv = live_server_factory("--workers", "2", "--ttft-ms", str(TTFT_S * 1000), "--tbt-ms", str(TBT_S * 1000),
+                              "--target-tokens", str(TOKENS), "--max-concurrency", "1",
+                              "--max-queue", str(QUEUE), "--prefill-ms-per-token", str(PREFILL_MS))
+    for _ in range(4):          # the first answers of each worker take longer: not measured
+        with srv.client() as client:
+            client.chat.completions.create(model="gpt-3.5-turbo", messages=[{"role": "user", "content": "warm"}],
+                                           stream=True)
+    yield srv
+    srv.stop()
+
+
+def hold(server, model: str):
+    """A streamed Chat completion of a long prompt holding the model's slot: its headers have
+    come, so it has the slot, for at least HOLD_S from now (and its prefill). (client, stream):
+    read the stream, then close both."""
+    client = server.client()
+    return client, client.chat.completions.create(model=model, messages=[{"role": "user", "content": HOLDER}],
+                                                  stream=True)
+
+
+def drain(held) -> None:
+    client, stream = held
+    for _ in stream:
+        pass
+    client.close()
+
+
+async def first_token(client, model: str, since: float) -> float:
+    """Seconds from `since` to the first token of a streamed Chat completion."""
+    stream = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                  stream=True)
+    first = None
+    async for chunk in stream:
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter() - since
+    return first
+
+
+def test_concurrent_requests_on_both_workers_wait_for_one_slot(server):
+    k = 4
+
+    async def run():
+        clients = [server.async_client() for _ in range(k)]     # one connection each
+        since = time.perf_counter()
+        ttfts = await asyncio.gather(*(first_token(client, "gpt-4o", since) for client in clients))
+        for client in clients:
+            await client.close()
+        return sorted(ttfts)
+    ttfts = asyncio.run(run())
+    for position, ttft in enumerate(ttfts):     # each waits for those before it, on any worker
+        assert ttft >= TTFT_S + position * HOLD_S - 0.05, ttfts
+        assert ttft <= TTFT_S + position * HOLD_S + 0.3 + 0.1 * position, ttfts
+
+
+def test_the_queue_cap_holds_for_the_host(server):
+    extra = 2
+
+    async def one(client):
+        try:
+            await client.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}])
+        except openai.RateLimitError as exc:
+            return exc
+        return None
+
+    async def run():
+        clients = [server.async_client() for _ in range(QUEUE + extra)]    # one connection each
+        held = await asyncio.to_thread(hold, server, "gpt-4.1")
+        try:
+            return await asyncio.gather(*(one(client) for client in clients))
+        finally:
+            await asyncio.to_thread(drain, held)
+            for client in clients:
+                await client.close()
+    outcomes = asyncio.run(run())
+    refused = [exc for exc in outcomes if exc is not None]
+    assert len(refused) == extra, outcomes
+    for exc in refused:
+        assert exc.code == "rate_limit_exceeded" and "at capacity" in exc.message
+        assert exc.response.headers["retry-after"] == "1"
+
+
+def test_a_websocket_turn_waits_for_a_slot_held_by_an_http_stream(server):
+    first = None
+    with server.client() as client, client.responses.connect() as conn:
+        held = hold(server, "gpt-4o-mini")
+        since = time.perf_counter()
+        try:
+            conn.response.create(model="gpt-4o-mini", input="hi")
+            for event in conn:
+                if first is None and event.type == "response.output_text.delta":
+                    first = time.perf_counter() - since
+                if event.type in ("response.completed", "error"):
+                    break
+        finally:
+            drain(held)
+    assert event.type == "response.completed"
+    assert first >= HOLD_S + TTFT_S - 0.1, first        # not before the stream gave its slot back
+
+
+def test_a_websocket_turn_beyond_the_queue_gets_the_capacity_error_event(server):
+    assert httpx.patch(server.url + "/llmsim/config", json={"max_queue": 0}).status_code == 200
+    try:
+        with server.client() as client, client.responses.connect() as conn:
+            held = hold(server, "gpt-4.1-nano")
+            try:
+                conn.response.create(model="gpt-4.1-nano", input="hi")
+                event = next(iter(conn))
+            finally:
+                drain(held)
+    finally:
+        httpx.delete(server.url + "/llmsim/config")
+    assert event.type == "error"
+    assert (event.status, event.error.code) == (429, "rate_limit_exceeded")
+
+
+def test_a_background_response_stays_queued_until_it_has_a_slot(server):
+    with server.client() as client:
+        client.models.list()            # (its connection is open: the request comes at once)
+        held = hold(server, "gpt-4.1-mini")
+        since = time.perf_counter()
+        try:
+            created = client.responses.create(model="gpt-4.1-mini", input="hi", background=True)
+            status = client.responses.retrieve(created.id).status
+            early = time.perf_counter() - since < HOLD_S - 0.05     # read while the slot was surely held
+            while (answer := client.responses.retrieve(created.id)).status in ("queued", "in_progress"):
+                time.sleep(0.02)
+            took = time.perf_counter() - since
+        finally:
+            drain(held)
+    assert created.status == "queued"
+    assert status == "queued" or not early, status
+    assert answer.status == "completed"
+    assert took >= HOLD_S + TTFT_S - 0.1, took
+
+
+def ttft_metric(url: str, model: str) -> tuple[float, float]:
+    """(count, sum) of vllm:time_to_first_token_seconds for `model`, over the workers."""
+    found = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        for part in ("count", "sum"):
+            if line.startswith(f'vllm:time_to_first_token_seconds_{part}{{model_name="{model}"}}'):
+                found[part] = float(line.split()[-1])
+    return found.get("count", 0.0), found.get("sum", 0.0)
+
+
+def test_the_reported_ttft_includes_the_wait_for_a_slot(server):
+    with server.client() as client:
+        client.models.list()            # (its connection is open: the request comes at once)
+        held = hold(server, "gpt-4-turbo")
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4-turbo", messages=[{"role": "user", "content": "hi"}])
+        finally:
+            drain(held)
+    ttft_s = float(raw.headers["x-llmsim-ttft-ms"]) / 1000
+    assert ttft_s >= TTFT_S + 0.5 * HOLD_S, ttft_s     # the profile's TTFT, after most of the hold
+    holder_s = float(held[1].response.headers["x-llmsim-ttft-ms"]) / 1000
+    deadline = time.monotonic() + 10
+    while (metric := ttft_metric(server.url, "gpt-4-turbo"))[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)        # (each worker shares its stats every 0.25 s)
+    count, total = metric
+    assert count == 2 and total == pytest.approx(holder_s + ttft_s, abs=0.002), (metric, holder_s, ttft_s)
