@@ -9,11 +9,16 @@ accept."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import httpx
 import openai
+import orjson
 import pytest
+
+from llmsim.state import hostslots
 
 TTFT_S = 0.2
 TBT_S = 0.02
@@ -188,3 +193,34 @@ def test_the_reported_ttft_includes_the_wait_for_a_slot(server):
         time.sleep(0.05)        # (each worker shares its stats every 0.25 s)
     count, total = metric
     assert count == 2 and total == pytest.approx(holder_s + ttft_s, abs=0.002), (metric, holder_s, ttft_s)
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_the_slots_of_a_process_that_died_are_taken_back(tmp_path):
+    (tmp_path / hostslots.FILE_NAME).write_bytes(orjson.dumps(
+        {"gpt-4o": {"run": [dead_pid()], "queue": [[0, dead_pid()]], "next": 1}}))
+    slots = hostslots.HostSlots(hostslots.SlotFile(tmp_path), "gpt-4o")
+    assert slots.enter(1, None, AssertionError) is None         # a slot at once: the dead hold none
+    slots.release()
+    state = orjson.loads((tmp_path / hostslots.FILE_NAME).read_bytes())["gpt-4o"]
+    assert state["run"] == state["queue"] == []
+
+
+def test_a_waiter_that_goes_away_leaves_the_queue(tmp_path):
+    async def run():
+        first = hostslots.HostSlots(hostslots.SlotFile(tmp_path), "gpt-4o")
+        assert first.enter(1, None, AssertionError) is None
+        number = first.enter(1, None, AssertionError)
+        waiter = asyncio.create_task(first.wait(number))
+        await asyncio.sleep(0.05)
+        waiter.cancel()                 # (a client that disconnects while queued)
+        await asyncio.gather(waiter, return_exceptions=True)
+        first.release()
+        other = hostslots.HostSlots(hostslots.SlotFile(tmp_path), "gpt-4o")
+        return other.enter(1, None, AssertionError), (first.running, first.waiting)
+    assert asyncio.run(run()) == (None, (0, 0))       # the slot is free: nobody waits before it

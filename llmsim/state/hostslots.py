@@ -90,18 +90,17 @@ class SlotFile:
     def enter(self, model: str, limit: int, queue: int | None) -> int | None:
         """Take a slot (None) or a place in the queue (its number); -1: the queue is full."""
         def change(state):
-            for attempt in (0, 1):
-                if len(state["run"]) < limit and not state["queue"]:
-                    state["run"].append(self.pid)
-                    return None
-                if queue is None or len(state["queue"]) < queue:
-                    number = state["next"]
-                    state["next"] = number + 1
-                    state["queue"].append([number, self.pid])
-                    return number
-                if attempt == 0:
-                    self._reclaim(state)
-            return -1
+            if len(state["run"]) >= limit or state["queue"]:
+                self._reclaim(state)
+            if len(state["run"]) < limit and not state["queue"]:
+                state["run"].append(self.pid)
+                return None
+            if queue is not None and len(state["queue"]) >= queue:
+                return -1
+            number = state["next"]
+            state["next"] = number + 1
+            state["queue"].append([number, self.pid])
+            return number
         return self._change(model, change)
 
     def take(self, model: str, number: int, limit: int) -> int:
