@@ -112,6 +112,36 @@ def test_the_queue_cap_holds_for_the_host(server):
         assert exc.response.headers["retry-after"] == "1"
 
 
+def serving_metrics(url: str, model: str) -> tuple[float, float]:
+    """vllm:num_requests_running and vllm:num_requests_waiting of `model`."""
+    found = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+            if line.startswith(f'{name}{{model_name="{model}"}}'):
+                found[name] = float(line.split()[-1])
+    return found.get("vllm:num_requests_running", 0.0), found.get("vllm:num_requests_waiting", 0.0)
+
+
+def test_metrics_report_the_hosts_running_and_waiting_requests(server):
+    async def run():
+        clients = [server.async_client() for _ in range(QUEUE)]        # one connection each
+        held = await asyncio.to_thread(hold, server, "gpt-4")
+        queued = [asyncio.create_task(client.chat.completions.create(
+            model="gpt-4", messages=[{"role": "user", "content": "hi"}])) for client in clients]
+        seen = set()
+        deadline = time.monotonic() + 10
+        while (1, QUEUE) not in seen and time.monotonic() < deadline and not all(t.done() for t in queued):
+            seen.add(await asyncio.to_thread(serving_metrics, server.url, "gpt-4"))
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(drain, held)
+        await asyncio.gather(*queued)
+        for client in clients:
+            await client.close()
+        return seen
+    seen = asyncio.run(run())
+    assert (1, QUEUE) in seen, seen     # one answered and three waiting, whichever worker has them
+
+
 def test_a_websocket_turn_waits_for_a_slot_held_by_an_http_stream(server):
     first = None
     with server.client() as client, client.responses.connect() as conn:
