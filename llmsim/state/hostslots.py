@@ -15,7 +15,7 @@ pid] pairs) and the next number to give out (`next`):
   process that finds no slot free, at most once a second.
 
 `HostSlots` has the interface of llmsim.state.serving.Slots; its `running` and `waiting` are
-this process's (the stats merge sums them over the workers: the host's values).
+this process's. The stats report the host's, read from the file (`SlotFile.counts`).
 """
 from __future__ import annotations
 
@@ -130,6 +130,16 @@ class SlotFile:
             if self.pid in state["run"]:
                 state["run"].remove(self.pid)
         self._change(model, change)
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per model: the host's requests holding a slot and waiting for one."""
+        if not self.path.exists():
+            return {}
+        with open(self.path, "rb") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_SH)
+            raw = file.read()
+        models = orjson.loads(raw) if raw else {}
+        return {model: (len(state["run"]), len(state["queue"])) for model, state in models.items()}
 
     def running(self, model: str) -> int:
         return self._change(model, lambda state: len(state["run"]), exclusive=False)

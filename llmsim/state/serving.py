@@ -280,9 +280,13 @@ class Serving:
         return await self.enter(p, plan, body, turns, encoding, start).ticket()
 
     def snapshot(self) -> dict:
-        """Per model: running and waiting requests, prefix-cache tokens queried and hit, the
-        cache's use (a fraction of its capacity)."""
-        out = {model: {"running": s.running, "waiting": s.waiting} for model, s in self.models.items()}
+        """Per model: running and waiting requests (the host's, with `host`, under --workers),
+        prefix-cache tokens queried and hit, the cache's use (a fraction of its capacity)."""
+        if self.file is None:
+            out = {model: {"running": s.running, "waiting": s.waiting} for model, s in self.models.items()}
+        else:                       # the host's, read now (the stats take this process's read)
+            out = {model: {"running": running, "waiting": waiting, "host": 1}
+                   for model, (running, waiting) in self.file.counts().items()}
         for model, counts in self.cache.counts().items():
             out.setdefault(model, {"running": 0, "waiting": 0}).update(counts)
         return out
