@@ -71,8 +71,9 @@ class SlotFile:
             result = change(state)
             if exclusive:
                 data = orjson.dumps(models)
-                os.pwrite(fd, data, 0)
-                os.ftruncate(fd, len(data))
+                if data != raw:             # (a waiter whose turn has not come changes nothing)
+                    os.pwrite(fd, data, 0)
+                    os.ftruncate(fd, len(data))
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         return result
