@@ -92,7 +92,8 @@ class Simulator:
         scenarios = ScenarioSet.load(self.settings.scenarios, list(self.faults.kinds),
                                      self.settings.default_scenario)
         self.scripts = Scripts(scenarios, self.faults, getattr(self.store, "attempt", None))
-        self.serving = Serving(self.store, self.profiles)        # slots, queues and the prefix cache (off by default)
+        shared = self.settings.stats_dir if self.settings.workers > 1 else None     # a host's slots
+        self.serving = Serving(self.store, self.profiles, shared)   # slots, queues and the prefix cache (off by default)
         self.stats.serving_state = self.serving.snapshot
         self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
         self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config

@@ -46,7 +46,7 @@ from starlette.routing import Router, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from llmsim import datafiles
-from llmsim.api import ratelimiting, validation
+from llmsim.api import answer, ratelimiting, validation
 from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
@@ -262,10 +262,22 @@ class Connection:
             await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"),
                                     headers=self.websocket.headers)
         plan = fault.shape(plan)
+        ticket = None                   # the serving model's (llmsim.state.serving), when on
+        if (serving := answer.serving(sim, ctx.profile)) is not None:
+            turns = [*history, *inputs.responses_turns(body)]   # a slot, like an HTTP request (or 429)
+            ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"), turns,
+                                             ctx.model.encoding, start)
+            start = ticket.start
         frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
-        with sim.stats.turn(plan, began):       # counted; one trace line once sent
-            await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
-                                                                    sim.stats.lateness))
+        try:
+            if ticket is not None:
+                frames = ticket.timed(frames)
+            with sim.stats.turn(plan, began, ticket.delay if ticket is not None else 0.0):  # counted; traced once sent
+                await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
+                                                                        sim.stats.lateness))
+        finally:
+            if ticket is not None:
+                ticket.release()
         self.remember(plan, body, history)
 
     async def history(self, previous_id: str | None) -> list[inputs.Turn]:

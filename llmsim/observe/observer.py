@@ -122,8 +122,9 @@ class Observer:
                  (PROCESSING_MS, decimal(int((time.perf_counter() - ex.start) * 1000)))]
         plan = ex.plan
         if plan is not None:
-            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at)),
-                      (b"x-llmsim-duration-ms", _ms(plan.end_at)),
+            delay = ex.delay            # the serving model's wait and prefill
+            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at + delay)),
+                      (b"x-llmsim-duration-ms", _ms(plan.end_at + delay)),
                       (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
         if ex.extra_headers is not None:
             added += ex.extra_headers

@@ -45,7 +45,7 @@ def record(ex: Exchange, end_wall: float) -> dict:
             "elapsed_ms": _ms(end_wall - ex.wall)}
     if plan is not None:
         completion, reasoning = output_tokens(plan.usage)
-        line.update(model=plan.model, ttft_ms=_ms(plan.first_token_at), duration_ms=_ms(plan.end_at),
+        line.update(model=plan.model, ttft_ms=_ms(plan.first_token_at + ex.delay), duration_ms=_ms(plan.end_at + ex.delay),
                     gaps_ms=gaps_summary(plan),
                     tokens={"prompt": plan.usage.input_tokens, "completion": completion,
                             "reasoning": reasoning})

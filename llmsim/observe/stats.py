@@ -185,7 +185,7 @@ class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
                  "stream", "error", "injected", "model", "stats", "turns", "token", "request_headers",
-                 "extra_headers")
+                 "extra_headers", "delay")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -200,6 +200,7 @@ class Exchange:
         self.token = None               # resets llmsim.observe.stats.CURRENT when the exchange ends
         self.request_headers = None     # the request's headers, {name: value} (bytes), as the front read them
         self.extra_headers = None       # more headers for the answer (rate limits: llmsim.api.ratelimiting)
+        self.delay = 0.0                # seconds before the plan's clock started (the serving model's wait and prefill)
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)
@@ -318,8 +319,9 @@ class Stats:
         self.ws_active -= 1
 
     # -- fed by the code that knows the plan ----------------------------------------------
-    def record(self, plan, endpoint: str, stream: bool = False) -> None:
-        """A planned answer: tokens, simulated TTFT, gaps and duration, per model."""
+    def record(self, plan, endpoint: str, stream: bool = False, delay: float = 0.0) -> None:
+        """A planned answer: tokens, simulated TTFT, gaps and duration, per model; `delay`:
+        seconds before its clock started (the serving model's wait and prefill), in its TTFT."""
         ex = CURRENT.get()
         turn = http = False
         if ex is not None:
@@ -327,6 +329,8 @@ class Stats:
             http = not turn and ex.plan is None                     # the request's first plan
             if http:
                 ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
+                if delay:
+                    ex.delay = delay
         if not self.enabled:
             return
         m = self.models.get(plan.model)
@@ -344,8 +348,8 @@ class Stats:
         if not end:                     # no simulated time at all: no gaps to report either
             m.instant += 1
         else:
-            m.ttft.observe(plan.first_token_at)
-            m.e2e.observe(end)
+            m.ttft.observe(plan.first_token_at + delay)
+            m.e2e.observe(end + delay)
             for times in token_times(plan):
                 m.itl.observe_gaps(times)
         if http:
@@ -358,18 +362,18 @@ class Stats:
             self.ring.add(int(time.time()), 0, completion + reasoning, 0)
 
     @contextlib.contextmanager
-    def turn(self, plan, began: float | None = None):
+    def turn(self, plan, began: float | None = None, delay: float = 0.0):
         """One WebSocket turn around its sending: counted like `record`, and with a trace
         file or access log, one line (id `<connection id>:<n>`) when the turn has been sent,
         starting at `began` (`time.perf_counter()` when the turn's clock started; default now)."""
-        self.record(plan, WEBSOCKET, True)
+        self.record(plan, WEBSOCKET, True, delay)
         ex = CURRENT.get()
         if not self.writers or ex is None:
             yield
             return
         ex.turns += 1
         line = Exchange(f"{ex.id}:{ex.turns}", WEBSOCKET, "WS", ex.path, WEBSOCKET, self)
-        line.plan, line.stream, line.status = plan, True, 101
+        line.plan, line.stream, line.status, line.delay = plan, True, 101, delay
         if began is not None:           # the turn began before it was planned
             line.wall -= line.start - began
             line.start = began

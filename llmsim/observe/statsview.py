@@ -24,6 +24,7 @@ TABLES = ("status", "errors", "injected", "webhooks")
 WEBHOOK_OUTCOMES = ("queued", "sent", "failed", "delivered", "dropped")
 MODEL_COUNTERS = ("requests", "prompt", "completion", "reasoning", "running")
 MODEL_HISTOGRAMS = ("ttft", "itl", "e2e")
+HOST_GAUGES = ("running", "waiting", "host")     # the serving model's, under --workers (llmsim.state.hostslots)
 
 
 def gather(stats: Stats) -> dict:
@@ -31,7 +32,7 @@ def gather(stats: Stats) -> dict:
     if stats.share_dir is not None and stats.share_dir.is_dir():
         own = stats.share_path().name
         for path in stats.share_dir.glob("*.json"):
-            if path.name == own:
+            if path.name == own or not path.stem.isdigit():     # (others' files: config.json, ratelimits.json)
                 continue
             try:
                 snap = orjson.loads(path.read_bytes())
@@ -103,7 +104,10 @@ def merge(snapshots: Iterable[dict]) -> dict:
         for name, m in snap.get("serving", {}).items():    # the serving model (llmsim.state.serving)
             into = out["serving"].setdefault(name, {})
             for key, value in m.items():        # a shared cache's use is the same in every process
-                into[key] = max(into.get(key, 0), value) if key == "kv_usage" else into.get(key, 0) + value
+                if key in HOST_GAUGES and m.get("host"):    # the host's slots, read by each worker:
+                    into.setdefault(key, value)             # the first (this process's, fresh) read
+                else:
+                    into[key] = max(into.get(key, 0), value) if key == "kv_usage" else into.get(key, 0) + value
         _add_hist(out["http"], snap["http"])
         _add_hist(out["lateness"], snap["lateness"])
         for second, counts in snap["ring"].items():

@@ -17,7 +17,6 @@ from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.render.jsonbytes import decimal, dumps
 from llmsim.render.sse import payload
-from llmsim.render.templates import Event
 from llmsim.server.connection import chunk_writer, watch_disconnect
 
 JSON = "application/json"
@@ -43,14 +42,6 @@ class JSONBytes(Response):
     def __init__(self, content: bytes):  # no super().__init__(): this sets what it would
         self.status_code, self.background, self.body = 200, None, content
         self.raw_headers = [(b"content-length", decimal(len(content))), _JSON_TYPE]
-
-
-async def due_batches(events: Iterable[Event], start: float, clock: Clock) -> AsyncIterator[list[Event]]:
-    """Pacing in the calling task (background responses): lists of events,
-    each sent when its first event is due (`start + event.at`); events already due travel
-    together. See `due_lists`."""
-    async for batch in due_lists(((event.at, event) for event in events), start, clock):
-        yield batch
 
 
 async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clock,

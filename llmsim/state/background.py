@@ -185,22 +185,33 @@ class Jobs:
             await asyncio.sleep(self.lease_s / 3)
 
     async def start(self, body: dict, prior: Prior, own: list[dict], events: Iterator[MarkedEvent],
-                    start: float) -> tuple[Job, dict]:
-        """Store the queued response and run the rest of `events` in a task."""
-        first = next(events)   # (responses.yaml: response.created, status queued)
-        snapshot = latest_response([first])
-        frame = sse.frame(first)
-        await self.state.save(body, prior, own, snapshot, [frame], owner=owner_id())
+                    start: float, admission=None) -> tuple[Job, dict]:
+        """Store the queued response and run the rest of `events` in a task (once `admission`,
+        the serving model's slot or place in its queue, when given, has its turn)."""
+        try:
+            first = next(events)   # (responses.yaml: response.created, status queued)
+            snapshot = latest_response([first])
+            frame = sse.frame(first)
+            await self.state.save(body, prior, own, snapshot, [frame], owner=owner_id())
+        except BaseException:
+            if admission is not None:
+                admission.abandon()
+            raise
         job = Job(snapshot["id"], [frame])
         self.running[job.id] = job
-        job.task = asyncio.create_task(self._run(job, body, prior, own, events, start))
+        job.task = asyncio.create_task(self._run(job, body, prior, own, events, start, admission))
         return job, snapshot
 
     async def _run(self, job: Job, body: dict, prior: Prior, own: list[dict],
-                   events: Iterator[MarkedEvent], start: float) -> None:
+                   events: Iterator[MarkedEvent], start: float, admission=None) -> None:
         store = self.state.store
+        ticket = None
         try:
-            async for batch in transport.due_batches(events, start, self.sim.clock):
+            pairs = ((event.at, event) for event in events)
+            if admission is not None:       # queued until the serving model gives it a slot
+                ticket = await admission.ticket()
+                start, pairs = ticket.start, ticket.timed(pairs)
+            async for batch in transport.due_lists(pairs, start, self.sim.clock):
                 frames = [sse.frame(event) for event in batch]
                 snapshot = latest_response(batch)
                 if not await store.append_events(job.id, frames, snapshot, expect_events=len(job.frames)):
@@ -214,6 +225,10 @@ class Jobs:
         except Exception:
             log.exception("background response %s failed", job.id)
         finally:
+            if ticket is not None:
+                ticket.release()
+            elif admission is not None:
+                admission.abandon()
             try:
                 more, _ = await store.events(job.id, len(job.frames) - 1)   # e.g. a cancel's event
                 job.publish(more)

@@ -2,7 +2,7 @@
 
 Off unless a setting (`--max-concurrency`, `--max-queue`, `--prefill-ms-per-token`,
 `--load-slowdown`, `--prefix-cache`) or the model's profile (`serving:` in profiles.yaml) turns
-a piece on; a setting, when given, wins over the profile. Per model, in each process:
+a piece on; a setting, when given, wins over the profile. Per model, on each host:
 
 - **slots:** `max_concurrency` requests are answered at once; more wait in order (FIFO), the
   wait counting in their TTFT; beyond `max_queue` waiting, a request gets 429.
@@ -15,10 +15,11 @@ a piece on; a setting, when given, wins over the profile. Per model, in each pro
   blocks already cached are `cached_tokens` (Anthropic's `cache_read_input_tokens`, Gemini's
   `cachedContentTokenCount`), and prefill counts only the rest (llmsim.state.prefixcache).
 
-Slots are per process (`--workers N` gives each worker its own `max_concurrency`): a worker
-is one inference server; the kernel spreads connections over them. The prefix cache is shared
-as the store is (llmsim.state.prefixcache). Background responses and WebSocket turns are not
-queued.
+Slots are per host: with `--workers N` the workers share one model's `max_concurrency` slots
+and its queue through a file (llmsim.state.hostslots); one process keeps them in memory.
+HTTP requests, WebSocket turns (`response.create`) and background responses all take a slot;
+a background response stays `queued` until it has one. The prefix cache is shared as the
+store is (llmsim.state.prefixcache).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any, Iterator
 from llmsim.errors import APIError
 from llmsim.sim import inputs, tokens
 from llmsim.state import prefixcache
+from llmsim.state.hostslots import HostSlots, SlotFile
 
 FIELDS = ("max_concurrency", "max_queue", "prefill_ms_per_token", "load_slowdown", "prefix_cache")
 CAPACITY_MESSAGE = "The server is at capacity: too many requests are waiting for {model}. Please try again later."
@@ -68,52 +70,125 @@ def params(settings, profile) -> Params | None:
                   settings.prefix_block_tokens, settings.prefix_cache_blocks)
 
 
+def capacity_error(model: str) -> APIError:
+    return APIError(CAPACITY_MESSAGE.format(model=model), status=429, type="rate_limit_error",
+                    code="rate_limit_exceeded", headers={"retry-after": "1", "retry-after-ms": "1000"})
+
+
 class Slots:
     """One model's slots in this process: how many run, and who waits, in order."""
-    __slots__ = ("running", "waiting")
+    __slots__ = ("running", "queue")
 
     def __init__(self):
         self.running = 0
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.queue: collections.deque[asyncio.Future] = collections.deque()
 
-    async def acquire(self, limit: int | None, queue: int | None, model: str) -> None:
-        if limit is None or (self.running < limit and not self.waiting):
+    def enter(self, limit: int | None, queue: int | None, capacity_error):
+        """A slot (None) or a place to `wait` for; raises `capacity_error()` when the queue is full."""
+        if limit is None or (self.running < limit and not self.queue):
             self.running += 1
-            return
-        if queue is not None and len(self.waiting) >= queue:
-            raise APIError(CAPACITY_MESSAGE.format(model=model), status=429, type="rate_limit_error",
-                           code="rate_limit_exceeded", headers={"retry-after": "1", "retry-after-ms": "1000"})
+            return None
+        if queue is not None and len(self.queue) >= queue:
+            raise capacity_error()
         turn = asyncio.get_running_loop().create_future()
-        self.waiting.append(turn)
+        self.queue.append(turn)
+        return turn
+
+    async def wait(self, turn: asyncio.Future) -> None:
         try:
             await turn              # `release` hands its slot over: `running` stays as it was
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.release()      # handed a slot as the client left: pass it on
-            else:
-                self.waiting.remove(turn)
+            self.leave(turn)
             raise
 
+    def leave(self, turn: asyncio.Future) -> None:
+        """Give up a place (a slot handed over meanwhile is passed on)."""
+        if turn.done() and not turn.cancelled():
+            self.release()
+        else:
+            turn.cancel()
+            self.queue.remove(turn)
+
     def release(self) -> None:
-        waiting = self.waiting
-        while waiting:
-            turn = waiting.popleft()
+        queue = self.queue
+        while queue:
+            turn = queue.popleft()
             if not turn.done():
                 turn.set_result(None)
                 return
         self.running -= 1
 
+    @property
+    def waiting(self) -> int:
+        return len(self.queue)
+
+    def load(self) -> int:
+        """The requests holding a slot (in this process: all of them)."""
+        return self.running
+
+
+class Admission:
+    """A request with a slot or a place in the queue (`Serving.enter`); `ticket` waits for its
+    turn and prefills; `abandon` gives the slot or the place back."""
+    __slots__ = ("serving", "slots", "place", "holding", "params", "plan", "key", "turns", "encoding",
+                 "start", "began")
+
+    def __init__(self, serving, slots, place, params, plan, key, turns, encoding, start):
+        self.serving, self.slots, self.place, self.params = serving, slots, place, params
+        self.holding = place is None
+        self.plan, self.key, self.turns, self.encoding, self.start = plan, key, turns, encoding, start
+        self.began = asyncio.get_running_loop().time()
+
+    async def ticket(self) -> "Ticket":
+        """Wait for the slot, look the input up in the prefix cache (setting the plan's
+        `usage.cached_tokens`), and say when the answer's clock starts: after the wait, and
+        after prefilling the uncached input tokens."""
+        if self.place is not None:
+            place, self.place = self.place, None
+            await self.slots.wait(place)        # (gives its place up if cancelled)
+            self.holding = True
+        p, plan = self.params, self.plan
+        usage = plan.usage
+        try:
+            if p.prefix_cache:
+                model = plan.model
+                hashes = prefixcache.block_hashes(model, self.key,
+                                                  token_ids(self.turns, self.encoding), p.block_tokens,
+                                                  usage.input_tokens)
+                hits = await self.serving.cache.lookup(model, hashes, p.cache_blocks, p.block_tokens)
+                usage.cached_tokens = hits * p.block_tokens
+        except BaseException:
+            self.abandon()
+            raise
+        self.holding = False                    # the ticket holds the slot now
+        waited = asyncio.get_running_loop().time() - self.began
+        delay = waited + p.prefill_ms_per_token * (usage.input_tokens - usage.cached_tokens) / 1000.0
+        return Ticket(self.start + delay, delay, p, self.slots, plan.first_token_at)
+
+    def abandon(self) -> None:
+        if self.place is not None:
+            place, self.place = self.place, None
+            self.slots.leave(place)
+        if self.holding:
+            self.holding = False
+            self.slots.release()
+
+    def __del__(self):
+        self.abandon()
+
 
 class Ticket:
-    """One admitted request: when its answer's clock starts, and its slot until it ends."""
-    __slots__ = ("start", "params", "slots", "first", "held")
+    """One admitted request: when its answer's clock starts (`delay` after the request's: the
+    wait and the prefill), and its slot until it ends."""
+    __slots__ = ("start", "delay", "params", "slots", "first", "held")
 
-    def __init__(self, start: float, params: Params, slots: Slots, first: float):
-        self.start, self.params, self.slots, self.first = start, params, slots, first
+    def __init__(self, start: float, delay: float, params: Params, slots, first: float):
+        self.start, self.delay, self.params, self.slots, self.first = start, delay, params, slots, first
         self.held = True
 
     def factor(self) -> float:
-        return self.params.factor(self.slots.running)
+        p = self.params
+        return 1.0 if p.load_slowdown == 1.0 else p.factor(self.slots.load())
 
     def release(self) -> None:
         if self.held:
@@ -167,11 +242,13 @@ class Timed:
 
 
 class Serving:
-    """The serving model of one process: slots per model and the prefix cache."""
+    """The serving model of one process: slots per model (shared by the workers of a host
+    through a file in `shared_dir`, when given) and the prefix cache."""
 
-    def __init__(self, store, profiles: dict):
+    def __init__(self, store, profiles: dict, shared_dir: str | None = None):
         self.store, self.profiles = store, profiles
-        self.models: dict[str, Slots] = {}
+        self.models: dict = {}      # model: Slots (one process) or HostSlots (--workers N)
+        self.file = SlotFile(shared_dir) if shared_dir else None
         self.cache = prefixcache.for_store(store)
         self.settings = None        # the settings `on` was worked out for (handlers compare, then
         self.on = False             # call `refresh` when they changed): is any piece on anywhere?
@@ -190,36 +267,28 @@ class Serving:
             found = self._params[profile.name] = params(settings, profile)
         return found
 
-    async def admit(self, p: Params, plan, key: str | None, turns: list, encoding: str, start: float) -> Ticket:
-        """Wait for a slot (429 when the queue is full), look the input up in the prefix cache
-        (in the partition of `key`, the request's `prompt_cache_key`; setting
-        `plan.usage.cached_tokens`), and say when the answer's clock starts: after the wait,
-        and after prefilling the uncached input tokens."""
+    def enter(self, p: Params, plan, key: str | None, turns: list, encoding: str, start: float) -> Admission:
+        """Take a slot or a place in the model's queue (429 when the queue is full); `key`: the
+        request's `prompt_cache_key` (the prefix cache's partition)."""
         model = plan.model
         slots = self.models.get(model)
         if slots is None:
-            slots = self.models[model] = Slots()
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        await slots.acquire(p.max_concurrency, p.max_queue, model)
-        try:
-            usage = plan.usage
-            if p.prefix_cache:
-                hashes = prefixcache.block_hashes(model, key, token_ids(turns, encoding),
-                                                  p.block_tokens, usage.input_tokens)
-                hits = await self.cache.lookup(model, hashes, p.cache_blocks, p.block_tokens)
-                usage.cached_tokens = hits * p.block_tokens
-        except BaseException:
-            slots.release()
-            raise
-        waited = loop.time() - began
-        prefill = p.prefill_ms_per_token * (usage.input_tokens - usage.cached_tokens) / 1000.0
-        return Ticket(start + waited + prefill, p, slots, plan.first_token_at)
+            slots = self.models[model] = Slots() if self.file is None else HostSlots(self.file, model)
+        place = slots.enter(p.max_concurrency, p.max_queue, lambda: capacity_error(model))
+        return Admission(self, slots, place, p, plan, key, turns, encoding, start)
+
+    async def admit(self, p: Params, plan, key: str | None, turns: list, encoding: str, start: float) -> Ticket:
+        """`enter`, then wait for the slot and prefill (`Admission.ticket`)."""
+        return await self.enter(p, plan, key, turns, encoding, start).ticket()
 
     def snapshot(self) -> dict:
-        """Per model: running and waiting requests, prefix-cache tokens queried and hit, the
-        cache's use (a fraction of its capacity)."""
-        out = {model: {"running": s.running, "waiting": len(s.waiting)} for model, s in self.models.items()}
+        """Per model: running and waiting requests (the host's, with `host`, under --workers),
+        prefix-cache tokens queried and hit, the cache's use (a fraction of its capacity)."""
+        if self.file is None:
+            out = {model: {"running": s.running, "waiting": s.waiting} for model, s in self.models.items()}
+        else:                       # the host's, read now (the stats take this process's read)
+            out = {model: {"running": running, "waiting": waiting, "host": 1}
+                   for model, (running, waiting) in self.file.counts().items()}
         for model, counts in self.cache.counts().items():
             out.setdefault(model, {"running": 0, "waiting": 0}).update(counts)
         return out

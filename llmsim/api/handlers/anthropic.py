@@ -43,7 +43,7 @@ class AnthropicHandlers:
         if serving is not None:         # a slot, and the prefix cache's reads (tools, system, messages)
             ticket = await sim.serving.admit(serving, plan, None, messages.cache_order(messages.turns(body)),
                                              ctx.model.encoding, start)
-        sim.stats.record(plan, "messages", bool(body.get("stream")))
+        sim.stats.record(plan, "messages", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
         return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, ticket, req=body)
 
     async def count_tokens(self, body: dict):

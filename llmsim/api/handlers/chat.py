@@ -49,7 +49,7 @@ class ChatHandlers:
         if (serving := answer.serving(sim, ctx.profile)) is not None:
             ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"),
                                              inputs.chat_turns(body["messages"]), ctx.model.encoding, start)
-        sim.stats.record(plan, "chat", bool(body.get("stream")))
+        sim.stats.record(plan, "chat", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
         if body.get("stream"):
             if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))

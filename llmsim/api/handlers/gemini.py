@@ -45,5 +45,5 @@ class GeminiHandlers:
         ticket = None
         if (serving := answer.serving(sim, ctx.profile)) is not None:   # a slot, and implicit cache hits
             ticket = await sim.serving.admit(serving, plan, None, geminiplan.turns(req), ctx.model.encoding, start)
-        sim.stats.record(plan, API, stream)
+        sim.stats.record(plan, API, stream, ticket.delay if ticket is not None else 0.0)
         return await answer.reply(sim, self.template, plan, start, stream, fault, ticket, req=req, shape="generate")

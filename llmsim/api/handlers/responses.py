@@ -46,17 +46,19 @@ class ResponsesHandlers:
             await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"))
         if fault:                       # (a request with no fault calls none of it)
             plan = fault.shape(plan)
-        ticket = None                   # the serving model's (llmsim.state.serving), when on
-        if not body.get("background") and (serving := answer.serving(sim, ctx.profile)) is not None:
-            ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"),
-                                             [*(prior.turns or ()), *inputs.responses_turns(body)],
-                                             ctx.model.encoding, start)
+        ticket = admission = None       # the serving model's (llmsim.state.serving), when on
+        if (serving := answer.serving(sim, ctx.profile)) is not None:     # a slot, or a place in the queue
+            admission = sim.serving.enter(serving, plan, body.get("prompt_cache_key"),
+                                          [*(prior.turns or ()), *inputs.responses_turns(body)],
+                                          ctx.model.encoding, start)
+            if not body.get("background"):      # (a background job waits for its turn itself)
+                ticket = await admission.ticket()
         store = wants_store(body)
         own = sim.state.input_items(body, ctx.rng) if store else []
-        sim.stats.record(plan, "responses", bool(body.get("stream")))
+        sim.stats.record(plan, "responses", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
         if body.get("background"):
             events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
-            job, queued = await sim.state.jobs.start(body, prior, own, events, start)
+            job, queued = await sim.state.jobs.start(body, prior, own, events, start, admission)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
             chunks = answer.events(sim, fault.frames(self.template, plan=plan, req=body), start, ticket)
