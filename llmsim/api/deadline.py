@@ -37,41 +37,50 @@ class BodyDeadline:
         return message
 
     async def _within(self, coro, waiting) -> dict:
-        """The rest of `coro` (waiting on `waiting`), in a task given until the deadline."""
-        loop = asyncio.get_running_loop()
-        rest = loop.create_task(_finish(coro, waiting))
-        done, _ = await asyncio.wait((rest,), timeout=max(0.0, self.deadline - loop.time()))
-        if not done:
-            rest.cancel()
+        """The rest of `coro` (waiting on `waiting`), given until the deadline: then the future
+        it waits on is cancelled. A timer, not a task or `asyncio.timeout`: the request may
+        still be running outside a task (llmsim.server.starting)."""
+        rest = _Rest(coro, waiting)
+        timer = asyncio.get_running_loop().call_at(self.deadline, rest.expire)
+        try:
+            return await rest
+        except asyncio.CancelledError:
+            if not rest.expired:
+                raise
             raise RequestTimeoutError(
                 f"The request body did not all arrive within {self.timeout:g} seconds of the request's "
-                "start (setting body_timeout_s).")
-        return rest.result()
-
-
-async def _finish(coro, waiting):
-    """Drive `coro`, which last yielded `waiting`, to its end (a task's way)."""
-    return await _Rest(coro, waiting)
+                "start (setting body_timeout_s).") from None
+        finally:
+            timer.cancel()
 
 
 class _Rest:
-    __slots__ = ("coro", "waiting")
+    """Drives a coroutine that last yielded `waiting` to its end, as a task would."""
+    __slots__ = ("coro", "waiting", "expired")
 
     def __init__(self, coro, waiting):
-        self.coro, self.waiting = coro, waiting
+        self.coro, self.waiting, self.expired = coro, waiting, False
+
+    def expire(self) -> None:
+        self.expired = True
+        if isinstance(self.waiting, asyncio.Future):
+            self.waiting.cancel()
 
     def __await__(self):
-        coro, waiting = self.coro, self.waiting
+        coro = self.coro
         while True:
+            if self.expired and not isinstance(self.waiting, asyncio.Future):
+                coro.close()
+                raise asyncio.CancelledError
             try:
-                yield waiting
+                yield self.waiting
             except BaseException as exc:        # a cancellation: into the coroutine, where it waits
                 try:
-                    waiting = coro.throw(exc)
+                    self.waiting = coro.throw(exc)
                 except StopIteration as stop:
                     return stop.value
                 continue
             try:
-                waiting = coro.send(None)
+                self.waiting = coro.send(None)
             except StopIteration as stop:
                 return stop.value
