@@ -16,12 +16,12 @@ Warm-up is the first `--warmup` seconds (default 120; at most half the run): the
 compares the last sample with the first one taken after it. In those minutes the server's
 bounded caches fill: the request targets the HTTP front end remembers (the first 1,024,
 llmsim.server.requestcycle), SQLite's page cache of the store's one connection (its default
-2,000 KiB), the caches of texts already counted (llmsim.sim.tokens, llmsim.sim.bpe) and of
-rendered templates. What RSS adds after that, with no more memory in use, is the allocators'
-high-water mark: glibc's heap and Python's arenas keep freed memory for reuse rather than hand
-it back, so a moment that needs more at once than any before, or freed memory too scattered to
-reuse, raises RSS by a step that stays, each step rarer than the last. A leak raises it with
-every request instead, without end.
+2,000 KiB) and the caches of texts already counted (llmsim.sim.tokens, llmsim.sim.bpe).
+What RSS adds after that, with no more memory in use, is the allocators' high-water mark:
+glibc's heap and Python's arenas keep freed memory for reuse rather than hand it back, so a
+moment that needs more at once than any before, or freed memory too scattered to reuse, raises
+RSS by a step that stays, each step rarer than the last. A leak raises it with every request
+instead, without end.
 """
 from __future__ import annotations
 
