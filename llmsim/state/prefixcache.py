@@ -23,11 +23,12 @@ from typing import Sequence
 import cachetools
 
 HASH_BYTES = 16
-_ENCODED = cachetools.LRUCache(maxsize=4_000_000, getsizeof=lambda ids: len(ids) + 1)
+# Up to a million tokens in all: a list of ints and its text cost about 40 bytes a token.
+_ENCODED = cachetools.LRUCache(maxsize=1_000_000, getsizeof=lambda ids: len(ids) + 1)
 
 
 def encoded(enc, text: str) -> list[int]:
-    """`text`'s tokens (remembered by text, up to a few million tokens in all)."""
+    """`text`'s tokens (remembered by text, up to a million tokens in all)."""
     found = _ENCODED.get((enc.name, text)) if len(text) > 16 else None
     if found is None:
         found = enc.encode_ordinary(text)
