@@ -32,6 +32,7 @@ TOOLS = [
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS]
 QUESTION = "What is the weather and the time in Paris?"
 DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
+EXCHANGES = 11          # what the recording loops below send: 3 + 2 Responses and Chat steps, 6 more
 
 
 class Recorder:
@@ -171,8 +172,12 @@ def recorded(tmp_path_factory):
     recorder = Recorder(upstream.url, out)
     try:
         client = client_of(recorder.url)
-        yield out, responses_loop(client), chat_loop(client), chained_loop(client), agent_run(recorder.url), \
+        runs = responses_loop(client), chat_loop(client), chained_loop(client), agent_run(recorder.url), \
             retried(client)
+        deadline = time.monotonic() + 10    # the last stream's fixture is written as its end is relayed,
+        while len(list(out.glob("*.json"))) < EXCHANGES and time.monotonic() < deadline:
+            time.sleep(0.02)                # which may be just after its client read its last event
+        yield out, *runs
     finally:
         recorder.stop()
         upstream.stop()
@@ -209,6 +214,7 @@ def saved(out: Path) -> list[dict]:
 def test_recording_writes_one_fixture_per_exchange_with_a_distinct_key(recorded):
     fixtures = saved(recorded[0])
     assert [f["endpoint"] for f in fixtures] == ["responses"] * 3 + ["chat"] * 2 + ["responses"] * 6
+    assert len(fixtures) == EXCHANGES
     assert len({f["key"] for f in fixtures}) == 10       # the retry has its request's key
     assert all(f["model"] == "gpt-4o" and f["request"]["body"]["model"] == "gpt-4o" for f in fixtures)
 

@@ -8,6 +8,7 @@ with the time it arrived, counted from when the request was sent upstream.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -29,6 +30,7 @@ DROP_REQUEST = frozenset({"host", "content-length", "connection", "accept-encodi
 DROP_RESPONSE = frozenset({"content-length", "connection", "transfer-encoding", "content-encoding",
                            "keep-alive", "date", "server"})
 KEPT_HEADERS = ("content-type", "retry-after")      # what a fixture keeps of the response's headers
+UNSAVED_WAIT_S = 5.0        # how long a follow-up waits for the exchanges still being written
 
 
 class Exchange:
@@ -103,6 +105,7 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
                                timeout=httpx.Timeout(None, connect=10))
     state = {"number": fixtures.next_number(out)}
     parents: dict[str, str] = {}        # upstream response id -> the key of its exchange
+    unsaved: set[asyncio.Event] = set()  # exchanges relayed but not yet written (set when written)
 
     async def proxy(request: Request):
         body = await request.body()
@@ -117,10 +120,19 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
             return JSONResponse({"error": {"message": f"llmsim record: the upstream {upstream} did not answer: "
                                            f"{exc.__class__.__name__} {exc}", "type": "server_error",
                                            "param": None, "code": "upstream_unreachable"}}, status_code=502)
+        # A client may send its next request as soon as it has read a stream's last event,
+        # before the stream's end is relayed and its exchange written: the fixture's number is
+        # its request's place, and a follow-up (`previous_response_id`) waits for what is
+        # still being written, to find its parent's key.
+        if unsaved and b"previous_response_id" in body:
+            await asyncio.wait([asyncio.ensure_future(e.wait()) for e in unsaved], timeout=UNSAVED_WAIT_S)
         exchange = _exchange(request, body, answer, parents)
+        number, state["number"] = state["number"], state["number"] + 1
+        written = asyncio.Event()
 
         async def relay():
             ended = False
+            unsaved.add(written)
             try:
                 async for chunk in answer.aiter_raw():
                     if exchange is not None:
@@ -130,7 +142,9 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
             finally:
                 await answer.aclose()
                 if exchange is not None and ended:      # an answer cut short is not a fixture
-                    _save(exchange, out, state, parents)
+                    _save(exchange, out, number, parents)
+                unsaved.discard(written)
+                written.set()
         passed = {k: v for k, v in answer.headers.items() if k not in DROP_RESPONSE}
         return StreamingResponse(relay(), status_code=answer.status_code, headers=passed)
 
@@ -158,9 +172,8 @@ def _exchange(request: Request, body: bytes, answer: httpx.Response, parents: di
     return Exchange(endpoint, parsed, request.url.path, parent, answer.status_code, answer.headers)
 
 
-def _save(exchange: Exchange, out: Path, state: dict, parents: dict) -> None:
+def _save(exchange: Exchange, out: Path, number: int, parents: dict) -> None:
     fixture = exchange.fixture(time.time())
-    number, state["number"] = state["number"], state["number"] + 1
     path = fixtures.write(out, number, fixture)
     if (rid := fixtures.response_id(fixture)) is not None:
         parents[rid] = exchange.key
