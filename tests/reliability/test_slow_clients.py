@@ -197,7 +197,7 @@ def test_after_catching_up_events_come_at_the_profiles_gap(stalled):
     last = stalled["arrivals"][-100:]       # the last 0.4 s of the stream, well past the catch-up
     assert last[0] > stalled["resumed"]
     mean_gap_ms = (last[-1] - last[0]) / (len(last) - 1) * 1000    # (a read may hold several events)
-    assert GAP_MS / 2 < mean_gap_ms < GAP_MS * 2
+    assert GAP_MS / 2 < mean_gap_ms < GAP_MS * 3      # neither a burst nor far behind (a busy machine's reader lags)
 
 
 def stream_events(server, events: list) -> None:
