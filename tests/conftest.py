@@ -185,3 +185,12 @@ def pytest_terminal_summary(terminalreporter):
     if os.environ.get("SDK_DRIFT_REPORT") == "1" and "sdk_types" in sys.modules:
         terminalreporter.section("drift against openai.types")
         terminalreporter.write_line(sys.modules["sdk_types"].report())
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): half again as many workers as CPUs. A live-server test
+    spends much of its time waiting for servers in other processes (starting, pacing,
+    restarting), so one worker per CPU would leave the CPUs idle meanwhile."""
+    import os
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus * 3 // 2)
