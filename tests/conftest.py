@@ -76,6 +76,60 @@ def _read_each_document_once() -> None:
 _read_each_document_once()
 
 
+def _compile_each_template_directory_once() -> None:
+    """Compiling a directory of templates (generated Python, `compile`) is most of the rest of
+    `create_app`. Here a directory whose files are byte for byte those compiled before gets the
+    same compiled templates, each bound to this set's own `variables` (the app's settings)."""
+    import copy
+    import hashlib
+
+    from llmsim.render.templates import TemplateSet
+    init, compiled = TemplateSet.__init__, {}
+
+    def init_once(self, directory, variables=None):
+        root = Path(directory)
+        digest = hashlib.sha256()
+        for path in sorted(root.rglob("*.yaml")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        key = (str(root.resolve()), digest.hexdigest())
+        if key not in compiled:
+            init(self, directory, variables)
+            compiled[key] = self
+            return
+        self.__dict__.update(compiled[key].__dict__)
+        self.directory, self.templates = root, {}
+        for name, template in compiled[key].templates.items():
+            self.templates[name] = copy.copy(template)
+            self.templates[name].variables = variables or {}
+    TemplateSet.__init__ = init_once
+
+
+_compile_each_template_directory_once()
+
+
+def _parse_each_yaml_file_once() -> None:
+    """What is left of `create_app` is mostly reading YAML (the OpenAPI documents, several times,
+    and the data files). Here a file whose bytes were parsed before gets a deep copy of what
+    they gave; any other file (and every error) goes through `read_yaml` itself."""
+    import copy
+
+    from llmsim import datafiles
+    read, parsed = datafiles.read_yaml, {}
+
+    def read_once(path):
+        try:
+            key = (str(Path(path).resolve()), Path(path).read_bytes())
+        except OSError:
+            return read(path)
+        if key not in parsed:
+            parsed[key] = read(path)
+        return copy.deepcopy(parsed[key])
+    datafiles.read_yaml = read_once
+
+
+_parse_each_yaml_file_once()
+
+
 class LiveServer(Server):
     """`llmsim serve` in a subprocess on a free port (llmsim.testing.Server, the pytest
     plugin's server) with these flags; `.url` is its root, `.base` the /v1 base."""
