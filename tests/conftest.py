@@ -206,6 +206,23 @@ def app_client():
     return make
 
 
+@pytest.fixture(scope="module")
+def shared_app_client():
+    """`app_client`, but one app per settings in the module: for tests whose checks depend on
+    no state an app keeps (routing, 404/405, validation errors, headers). A test that changes or
+    reads state (fault schedules, stores, stats, seeded generators) takes `app_client`."""
+    from llmsim.app import create_app
+    from llmsim.settings import Settings
+    apps = {}
+
+    def make(**settings):
+        key = repr(sorted(settings.items()))
+        if key not in apps:
+            apps[key] = create_app(Settings(**{"profile": "instant", **settings}))
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=apps[key]), base_url="http://sim")
+    return make
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """A `redis-server` of its own on a free port (skips the test where none is installed)."""
