@@ -48,6 +48,14 @@ SLOW_MODULES = {"test_schemathesis", "test_schemathesis_anthropic", "test_deploy
 SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
 
 
+def pytest_ignore_collect(collection_path, config):
+    """`-m unit` does not import the modules whose every test is of another kind (collecting
+    them costs each xdist worker seconds: schemathesis builds its tests as it collects)."""
+    if config.getoption("markexpr") == "unit" and collection_path.stem in LIVE_MODULES | SLOW_MODULES:
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         module = item.path.stem
