@@ -20,20 +20,47 @@ collect_ignore = ["plugin_example"]     # the README's example of the plugin: ru
 # `live` starts an `llmsim serve` subprocess (through these fixtures, or itself in these
 # modules); `slow` takes more than a few seconds (schemathesis, deploy recipes, the pytest
 # plugin in a subprocess, hosts in network namespaces); `unit` is everything else: in-process.
-LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"}
+# A module's own `server` fixture (like the shared one here) is a live server; so are the
+# fixtures named after it. A unit test that starts an llmsim process anyway fails (below).
+LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory",
+                 "server", "recorded", "renamed", "receiver"}
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
-                "test_deploy", "test_scaleout",
+                "test_deploy", "test_scaleout", "test_data_dir",
                 # tests/reliability: servers of their own (stopped, killed, filled up)
                 "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
-                "test_abusive_clients"}
+                "test_abusive_clients", "test_shutdown", "test_slow_clients", "test_store_evicts",
+                "test_background_restart"}
+LIVE_TESTS = {      # tests in in-process modules that run `llmsim` (serve, top) in a subprocess
+    "test_the_plain_server_answers_without_loading_any_tuned_module",
+    "test_the_tuned_server_loads_its_own_protocol",
+    "test_tuned_on_an_untested_release_serves_plain_and_says_so_once",
+    "test_a_kind_from_a_data_dir_can_be_scheduled_and_given_a_rate",
+    "test_bad_scenario_file_stops_start_up",
+    "test_broken_template_stops_a_server_with_workers_before_it_listens",
+    "test_serve_refuses_a_memory_store_for_several_workers_by_name",
+    "test_serve_with_a_bad_config_file_exits_naming_the_key",
+    "test_serve_with_a_bad_environment_value_exits_naming_the_key",
+    "test_serve_with_an_unknown_profile_exits_listing_the_profiles",
+    "test_serve_with_a_missing_config_file_exits_naming_it",
+    "test_unreachable_server_is_a_one_line_error",
+}
 SLOW_MODULES = {"test_schemathesis", "test_schemathesis_anthropic", "test_deploy", "test_pytest_plugin", "test_scaleout"}
 SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`-m unit` does not import the modules whose every test is of another kind (collecting
+    them costs each xdist worker seconds: schemathesis builds its tests as it collects)."""
+    if config.getoption("markexpr") == "unit" and collection_path.stem in LIVE_MODULES | SLOW_MODULES:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         module = item.path.stem
-        live = module in LIVE_MODULES or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        live = (module in LIVE_MODULES or getattr(item, "originalname", item.name) in LIVE_TESTS
+                or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
         if live:
             item.add_marker(pytest.mark.live)
         slow = module in SLOW_MODULES or getattr(item, "originalname", item.name) in SLOW_TESTS
@@ -41,6 +68,39 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if not live and not slow:
             item.add_marker(pytest.mark.unit)
+
+
+_running = {"unit": None}    # the unit test running now (its setup, call and teardown)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running["unit"] = item.nodeid if item.get_closest_marker("unit") else None
+    try:
+        return (yield)
+    finally:
+        _running["unit"] = None
+
+
+def _unit_tests_start_no_llmsim_process() -> None:
+    """A test that starts an llmsim process is `live`: starting one in a unit test fails it,
+    naming the lists above that would have put it in its group."""
+    init = subprocess.Popen.__init__
+
+    def llmsim(args) -> bool:   # `python -m llmsim ...`, `llmsim ...`, `python -c "...llmsim..."`
+        words = [str(args)] if isinstance(args, (str, bytes, Path)) else [str(a) for a in args]
+        code = words[words.index("-c") + 1] if "-c" in words[:-1] else ""
+        return "llmsim" in words or Path(words[0]).name == "llmsim" or "llmsim" in code
+
+    def checked(self, args, *rest, **kwargs):
+        if _running["unit"] and llmsim(args):
+            raise RuntimeError(f"{_running['unit']} is a unit test but starts {str(args)[:100]}: "
+                               "add it to LIVE_TESTS (or its module to LIVE_MODULES) in tests/conftest.py")
+        init(self, args, *rest, **kwargs)
+    subprocess.Popen.__init__ = checked
+
+
+_unit_tests_start_no_llmsim_process()
 
 
 def _read_each_document_once() -> None:
@@ -74,6 +134,60 @@ def _read_each_document_once() -> None:
 
 
 _read_each_document_once()
+
+
+def _compile_each_template_directory_once() -> None:
+    """Compiling a directory of templates (generated Python, `compile`) is most of the rest of
+    `create_app`. Here a directory whose files are byte for byte those compiled before gets the
+    same compiled templates, each bound to this set's own `variables` (the app's settings)."""
+    import copy
+    import hashlib
+
+    from llmsim.render.templates import TemplateSet
+    init, compiled = TemplateSet.__init__, {}
+
+    def init_once(self, directory, variables=None):
+        root = Path(directory)
+        digest = hashlib.sha256()
+        for path in sorted(root.rglob("*.yaml")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        key = (str(root.resolve()), digest.hexdigest())
+        if key not in compiled:
+            init(self, directory, variables)
+            compiled[key] = self
+            return
+        self.__dict__.update(compiled[key].__dict__)
+        self.directory, self.templates = root, {}
+        for name, template in compiled[key].templates.items():
+            self.templates[name] = copy.copy(template)
+            self.templates[name].variables = variables or {}
+    TemplateSet.__init__ = init_once
+
+
+_compile_each_template_directory_once()
+
+
+def _parse_each_yaml_file_once() -> None:
+    """What is left of `create_app` is mostly reading YAML (the OpenAPI documents, several times,
+    and the data files). Here a file whose bytes were parsed before gets a deep copy of what
+    they gave; any other file (and every error) goes through `read_yaml` itself."""
+    import copy
+
+    from llmsim import datafiles
+    read, parsed = datafiles.read_yaml, {}
+
+    def read_once(path):
+        try:
+            key = (str(Path(path).resolve()), Path(path).read_bytes())
+        except OSError:
+            return read(path)
+        if key not in parsed:
+            parsed[key] = read(path)
+        return copy.deepcopy(parsed[key])
+    datafiles.read_yaml = read_once
+
+
+_parse_each_yaml_file_once()
 
 
 class LiveServer(Server):
@@ -149,6 +263,23 @@ def app_client():
     def make(**settings):
         app = create_app(Settings(**{"profile": "instant", **settings}))
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim")
+    return make
+
+
+@pytest.fixture(scope="module")
+def shared_app_client():
+    """`app_client`, but one app per settings in the module: for tests whose checks depend on
+    no state an app keeps (routing, 404/405, validation errors, headers). A test that changes or
+    reads state (fault schedules, stores, stats, seeded generators) takes `app_client`."""
+    from llmsim.app import create_app
+    from llmsim.settings import Settings
+    apps = {}
+
+    def make(**settings):
+        key = repr(sorted(settings.items()))
+        if key not in apps:
+            apps[key] = create_app(Settings(**{"profile": "instant", **settings}))
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=apps[key]), base_url="http://sim")
     return make
 
 

@@ -145,3 +145,16 @@ def test_an_app_leaves_the_processes_policy_as_it_found_it():
     asyncio.run(lifespan())
     assert seen == [(YOUNG, NEVER, NEVER)]
     assert gc.get_threshold() == before
+
+
+def test_an_app_not_serving_leaves_collection_to_cpython():
+    """Without its lifespan (an app driven in-process) or once stopped, a request's end
+    starts no full collection: CPython's own thresholds are in place and collect."""
+    fake = FakeGC()
+    collector = Collector(gc_module=fake)
+    collector.request_ended(now=100.0, in_flight=0)
+    assert fake.full == 0
+    stopped = serving(fake)
+    stopped.stopped()
+    stopped.request_ended(now=100.0, in_flight=0)
+    assert fake.full == 0

@@ -20,9 +20,9 @@ async def create(client, headers=None, **extra):
 
 
 @pytest.mark.parametrize("name", IMMEDIATE)
-async def test_header_fault_answers_with_the_catalogued_error(app_client, name):
+async def test_header_fault_answers_with_the_catalogued_error(shared_app_client, name):
     kind = KINDS[name]
-    async with app_client() as client:
+    async with shared_app_client() as client:
         response = await create(client, {FAULT: f"{name};timeout_after_ms=1"})
     assert response.status_code == kind.status
     body = response.json()
@@ -30,8 +30,8 @@ async def test_header_fault_answers_with_the_catalogued_error(app_client, name):
     assert (body["error"]["type"], body["error"]["code"]) == (kind.type, kind.code)
 
 
-async def test_rate_limit_carries_retry_and_ratelimit_headers(app_client):
-    async with app_client() as client:
+async def test_rate_limit_carries_retry_and_ratelimit_headers(shared_app_client):
+    async with shared_app_client() as client:
         response = await create(client, {FAULT: "rate_limit;retry_after=2.5"})
     assert response.status_code == 429
     assert response.headers["retry-after"] == "2.5"
@@ -40,8 +40,8 @@ async def test_rate_limit_carries_retry_and_ratelimit_headers(app_client):
     assert "2.5s" in response.json()["error"]["message"]
 
 
-async def test_context_length_names_the_input(app_client):
-    async with app_client() as client:
+async def test_context_length_names_the_input(shared_app_client):
+    async with shared_app_client() as client:
         response = await create(client, {FAULT: "context_length"})
     assert response.json()["error"]["param"] == "input"
 
@@ -51,8 +51,8 @@ async def test_context_length_names_the_input(app_client):
                                         ("rate_limit;after_tokens=x", "after_tokens"),
                                         ("timeout;timeout_after_ms=inf", "timeout_after_ms"),
                                         ("rate_limit;retry_after=nan", "retry_after")])
-async def test_bad_fault_header_is_a_400_naming_the_header(app_client, value, why):
-    async with app_client() as client:
+async def test_bad_fault_header_is_a_400_naming_the_header(shared_app_client, value, why):
+    async with shared_app_client() as client:
         response = await create(client, {FAULT: value})
     assert response.status_code == 400
     error = response.json()["error"]

@@ -54,9 +54,9 @@ CASES = [
 
 @pytest.mark.parametrize("raw, headers, status, words, param",
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-async def test_malformed_requests_get_a_json_error_naming_the_problem(app_client, raw, headers,
+async def test_malformed_requests_get_a_json_error_naming_the_problem(shared_app_client, raw, headers,
                                                                       status, words, param):
-    async with app_client() as client:
+    async with shared_app_client() as client:
         response = await client.post("/v1/responses", content=raw, headers=headers)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
@@ -97,38 +97,38 @@ async def test_missing_content_type_is_read_as_json(app_client):
     ("GET", "/v1/responses", 405), ("DELETE", "/v1/models", 405), ("PUT", "/health", 405),
     ("PATCH", "/openai/v1/responses", 405),
 ])
-async def test_unknown_routes_and_methods_get_json_errors(app_client, method, path, status):
-    async with app_client() as client:
+async def test_unknown_routes_and_methods_get_json_errors(shared_app_client, method, path, status):
+    async with shared_app_client() as client:
         response = await client.request(method, path)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     oai_schemas.validate_error_body(response.json())
 
 
-async def test_declared_oversized_body_is_refused_before_reading(app_client):
-    async with app_client(max_body_bytes=1000) as client:
+async def test_declared_oversized_body_is_refused_before_reading(shared_app_client):
+    async with shared_app_client(max_body_bytes=1000) as client:
         response = await client.post("/v1/responses", content=body(input="x" * 2000), headers=JSON)
     assert response.status_code == 413
     assert "max_body_bytes" in response.json()["error"]["message"]
 
 
-async def test_streamed_oversized_body_is_refused(app_client):
+async def test_streamed_oversized_body_is_refused(shared_app_client):
     async def chunks():
         yield b'{"model": "gpt-4o-mini", "input": "'
         for _ in range(50):
             yield b"x" * 100
         yield b'"}'
-    async with app_client(max_body_bytes=1000) as client:
+    async with shared_app_client(max_body_bytes=1000) as client:
         response = await client.post("/v1/responses", content=chunks(), headers=JSON)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
 
 
-async def test_body_under_the_limit_is_served_also_when_chunked(app_client):
+async def test_body_under_the_limit_is_served_also_when_chunked(shared_app_client):
     async def chunks():
         yield body()[:10]
         yield body()[10:]
-    async with app_client(max_body_bytes=1000) as client:
+    async with shared_app_client(max_body_bytes=1000) as client:
         assert (await client.post("/v1/responses", content=body(), headers=JSON)).status_code == 200
         assert (await client.post("/v1/responses", content=chunks(), headers=JSON)).status_code == 200
 
@@ -167,9 +167,9 @@ def _documented_paths():
 
 
 @pytest.mark.parametrize("path, documented", sorted(_documented_paths().items()))
-async def test_405_allow_header_lists_every_documented_method(app_client, path, documented):
+async def test_405_allow_header_lists_every_documented_method(shared_app_client, path, documented):
     concrete = "/v1" + path.replace("{", "x").replace("}", "")
-    async with app_client() as client:
+    async with shared_app_client() as client:
         response = await client.request("TRACE", concrete)
     assert response.status_code == 405
     allowed = {m.strip() for m in response.headers["allow"].split(",")} - {"HEAD"}

@@ -58,9 +58,11 @@ class Collector:
             self._thresholds = None
 
     def request_ended(self, now: float, in_flight: int) -> None:
-        """Called as each request ends (`now` on a monotonic clock, in seconds)."""
+        """Called as each request ends (`now` on a monotonic clock, in seconds). Before
+        `serving` (an app driven without its lifespan, as in tests) and after `stopped`,
+        CPython's own policy collects, and this adds nothing."""
         waited = now - self.last_full
-        if self.pending or waited < self.quiet_gap:
+        if self._thresholds is None or self.pending or waited < self.quiet_gap:
             return
         if waited >= self.max_wait or (in_flight == 0 and self._collected_since_full()):
             self.last_full, self.pending = now, True
