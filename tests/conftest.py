@@ -221,6 +221,17 @@ def live_server_factory():
         server.stop()
 
 
+def wait_for(condition, timeout: float, step: float = 0.02):
+    """`condition()`'s first truthy value within `timeout` seconds (else its last value)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(step)
+    return condition()
+
+
 SERVERS = ("tuned", "plain")    # `llmsim serve --server`: conformance modules run on both
 
 

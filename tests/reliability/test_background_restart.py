@@ -11,21 +11,11 @@ import time
 import orjson
 import pytest
 
-from conftest import LiveServer
+from conftest import LiveServer, wait_for
 
 pytestmark = pytest.mark.slow
 MODEL = "gpt-4o"
 SLOW = ("--ttft-ms", "0", "--tbt-ms", "50", "--target-tokens", "200")     # a job of ~10 s
-
-
-def wait_for(condition, timeout: float, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    return condition()
 
 
 def start_job(server: LiveServer) -> str:

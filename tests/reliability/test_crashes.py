@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import LiveServer
+from conftest import LiveServer, wait_for
 
 pytestmark = pytest.mark.slow
 MODEL = "gpt-4o"
@@ -49,16 +49,6 @@ def workers_of(server) -> set[int]:
 def listeners(port: int) -> int:
     out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
     return len(out.splitlines())
-
-
-def wait_for(condition, timeout: float, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    return condition()
 
 
 def test_sigkill_of_one_worker_drops_only_its_streams(tmp_path):
