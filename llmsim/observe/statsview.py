@@ -38,7 +38,7 @@ def gather(stats: Stats) -> dict:
                 snap = orjson.loads(path.read_bytes())
             except (OSError, orjson.JSONDecodeError):
                 continue
-            if not _alive(snap["pid"]):
+            if not alive(snap["pid"]):
                 snap.update({g: 0 for g in GAUGES})
                 for m in snap["models"].values():
                     m["running"] = 0
@@ -48,7 +48,8 @@ def gather(stats: Stats) -> dict:
     return merge(snapshots)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (its snapshot, or its slots, are still its own)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -27,22 +27,14 @@ from pathlib import Path
 
 import orjson
 
+from llmsim.observe.statsview import alive
+
 FILE_NAME = "slots.state"       # in the stats directory (not *.json: those are the workers' snapshots)
 RECLAIM_S = 1.0                 # how often a blocked process looks for dead processes' slots
 FIRST_POLL_S = 0.002            # the first waiter looks this often for a free slot
 LATER_POLL_S = 0.01             # the others, for their turn to be first
 LOAD_S = 0.05                   # how long a read of the host's running requests is reused
 HUGE = 1 << 62                  # the limit without `max_concurrency` (running is still counted)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 class SlotFile:
