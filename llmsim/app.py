@@ -9,6 +9,7 @@ the server accepts a connection.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 # connexion's Flask side (its `flask` extra) and httpx's command line (rich, pygments) are
@@ -153,7 +154,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                         swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
 
     async def health(request):
-        return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths))
+        return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths,
+                                                                               pid=os.getpid()))
     app.add_url_rule("/health", "health", health, methods=["GET"])
     app.add_api(datafiles.read_yaml(ADMIN_SPEC), base_path="/llmsim", name="/llmsim", strict_validation=False,
                 validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)

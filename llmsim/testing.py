@@ -40,6 +40,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def answered_by(proc: subprocess.Popen, pid: object) -> bool:
+    """Whether `pid` (the `pid` of a `/health` answer) is `proc` or one of its workers. A port
+    found free may be taken by another server before `proc` binds it: that server's answer
+    must not pass for `proc`'s. (Where /proc cannot tell a worker's parent, a worker passes.)"""
+    if pid == proc.pid:
+        return True
+    try:
+        with open(f"/proc/{int(pid)}/stat") as stat:
+            return int(stat.read().rpartition(")")[2].split()[1]) == proc.pid
+    except (OSError, ValueError, TypeError):
+        return not os.path.isdir("/proc/self") and isinstance(pid, int)
+
+
 class Server:
     """`llmsim serve` in a subprocess with command-line flags `args` and environment `env`
     (added to this process's environment less its `LLMSIM_*` variables), on `host` and
@@ -73,7 +86,7 @@ class Server:
                                        f"{self.output()}")
                 with contextlib.suppress(httpx.HTTPError):
                     health = http.get(f"{self.url}/health")
-                    if health.status_code == 200:
+                    if health.status_code == 200 and answered_by(self.proc, health.json().get("pid")):
                         self.base_paths = tuple(health.json()["base_paths"])
                         return
                 time.sleep(0.1)

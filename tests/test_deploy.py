@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import pytest
 import yaml
 
 from conftest import REPO, LiveServer, free_port
+from llmsim.testing import answered_by
 
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
@@ -136,6 +138,16 @@ def test_build_context_keeps_every_file_the_dockerfile_copies():
                 assert kept == [path], f"{source} is copied but .dockerignore excludes it"
 
 
+def up_or_exited(proc: subprocess.Popen, url: str) -> bool:
+    """`proc` has exited, or answers /health at `url` (itself, not another server on the port)."""
+    if proc.poll() is not None:
+        return True
+    with contextlib.suppress(httpx.HTTPError):
+        health = httpx.get(f"{url}/health", timeout=1)
+        return health.status_code == 200 and answered_by(proc, health.json()["pid"])
+    return False
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
     """The image's files (COPY lines less .dockerignore) under WORKDIR in a scratch directory, and
@@ -157,25 +169,25 @@ def image(tmp_path_factory):
                             target.symlink_to(os.readlink(path))
                     else:
                         shutil.copy2(path, target)
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSIM_")}
-    env.update(image_env(), LLMSIM_HOST="127.0.0.1", LLMSIM_PORT=str(port),
-               **{f"LLMSIM_{k}": v for k, v in BACKEND.items()})
+    env.update(image_env(), LLMSIM_HOST="127.0.0.1", **{f"LLMSIM_{k}": v for k, v in BACKEND.items()})
     env["PYTHONPATH"] = str(app)      # the image installs /app in place; here /app comes first on sys.path
     where = subprocess.run([sys.executable, "-c", "import llmsim; print(llmsim.__file__)"], env=env, cwd=app,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(app), f"llmsim imported from {where}, not from the image's files"
     cmd = exec_form(instructions("CMD")[-1])
-    proc = subprocess.Popen([tool(cmd[0]), *cmd[1:]], env=env, cwd=app,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        with contextlib.suppress(httpx.HTTPError):
-            return proc.poll() is not None or httpx.get(f"{url}/health", timeout=1).status_code == 200
-    if not wait_for(up, 60) or proc.poll() is not None:
+    for attempt in range(3):        # the free port may be taken before the server binds it: another one
+        port = free_port()
+        env["LLMSIM_PORT"] = str(port)
+        proc = subprocess.Popen([tool(cmd[0]), *cmd[1:]], env=env, cwd=app,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        if wait_for(functools.partial(up_or_exited, proc, url), 60) and proc.poll() is None:
+            break
         proc.kill()
-        pytest.fail(f"the image's CMD did not serve: {proc.communicate()[0].decode()}")
+        output = proc.communicate()[0].decode()
+        if attempt == 2 or "Address already in use" not in output:
+            pytest.fail(f"the image's CMD did not serve: {output}")
     yield SimpleNamespace(env=env, url=url, port=port, proc=proc, app=app)
     proc.terminate()
     try:

@@ -111,3 +111,14 @@ def test_factory_settings_reach_the_server_unchanged():
     given = dict(errors={"rate_limit": 1e-05}, fixed_text="42", store_ttl_s=None, tbt_ms=2.5,
                  api_keys=["sk-a", "sk b"], fault_schedule=[{"kind": "rate_limit", "count": 2}])
     assert Settings.load(environ=settings_environ(given)) == Settings().replace(**given)
+
+
+def test_a_server_whose_port_another_server_holds_is_not_taken_for_it():
+    """The port was found free, then another server bound it first: that one's /health must
+    not pass for the new server's (which exits, unable to bind)."""
+    import pytest
+
+    from llmsim.testing import Server
+    with Server(["--profile", "instant"]) as first:
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            Server(["--profile", "instant"], port=first.port, timeout=60)
