@@ -5,6 +5,7 @@ fresh ids and the recorded timing. One upstream, one recorder and one replaying 
 the module; a three-step streamed tool loop (Responses) and a two-step JSON loop (Chat)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -36,9 +37,11 @@ EXCHANGES = 11          # what the recording loops below send: 3 + 2 Responses a
 
 
 class Recorder:
-    """`llmsim record` in a subprocess on a free port; ready when /health passes through it."""
+    """`llmsim record` in a subprocess on a free port; ready when /health passes through it
+    (the upstream's answer, not that of another server which took the port first)."""
 
     def __init__(self, upstream: str, out: Path):
+        upstream_pid = httpx.get(f"{upstream}/health", timeout=10).json()["pid"]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "llmsim", "record", "--upstream", upstream,
@@ -46,11 +49,11 @@ class Recorder:
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(f"{self.url}/health", timeout=2)
+                if health.status_code == 200 and health.json()["pid"] == upstream_pid:
                     return
-            except httpx.HTTPError:
-                time.sleep(0.1)
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError("llmsim record did not start")
 
