@@ -75,7 +75,8 @@ def test_frame_renders_in_a_narrow_terminal(stats_body):
     assert "throughput" in frame(stats_body, width=80)
 
 
-def test_once_prints_a_frame_of_a_live_server(server):
+def test_once_prints_a_frame_of_a_live_server(live_server_factory):
+    server = live_server_factory("--profile", "instant")    # its own: the shared one's busiest models vary
     server.client().responses.create(model="gpt-4o-mini", input="hi")
     done = subprocess.run([sys.executable, "-m", "llmsim", "top", server.url, "--once"], cwd=REPO,
                           capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "140"})
