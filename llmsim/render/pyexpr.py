@@ -120,6 +120,10 @@ class _Rewrite(ast.NodeTransformer):
             call = ast.Call(ast.Name(test.id, ast.Load()), [self.visit(node.left)], [])
             result = call if isinstance(node.ops[0], ast.Is) else ast.UnaryOp(ast.Not(), call)
             return ast.copy_location(result, node)
+        if isinstance(node.left, ast.Constant) and isinstance(test, ast.Constant) and \
+                isinstance(node.ops[0], (ast.Is, ast.IsNot)):       # `0 is none`: known (Python warns of it)
+            return ast.copy_location(ast.Constant((node.left.value is test.value) == isinstance(node.ops[0], ast.Is)),
+                                     node)
         return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name):
