@@ -101,10 +101,26 @@ class Injection:
         return self._cut(template.marked(**ctx), ctx)
 
     def marked(self, template: Template, **ctx) -> Iterable[MarkedEvent]:
-        """`events`, each with the role its step declares (`Template.marked`)."""
-        if not self.cuts_stream:
-            return template.marked(**ctx)
-        return self._cut(template.marked(**ctx), ctx)
+        """`events`, each with the role its step declares (`Template.marked`); as `frames`,
+        ended by a shutdown's graceful timeout (a background response's)."""
+        events = template.marked(**ctx) if not self.cuts_stream else self._cut(template.marked(**ctx), ctx)
+        if self.injector is None or not self.injector.stops(self.api):
+            return events
+        return self._stoppable_marked(events, ctx)
+
+    def _stoppable_marked(self, events: Iterator[MarkedEvent], ctx: dict) -> Iterator[MarkedEvent]:
+        """`events` until the graceful timeout of a shutdown is (nearly) over, then the
+        tail of a mid-stream failure, as `_stoppable` ends frames."""
+        seq = 0
+        for event in events:
+            if DRAIN.ended:
+                break
+            yield event
+            seq += not event.raw
+        else:
+            return
+        events.close()
+        yield from self._shutdown_tail(ctx, seq)
 
     def frames(self, template: Template, **ctx) -> Iterator[tuple[float, bytes]]:
         """`template`'s stream rendered with `ctx` as SSE (`Template.frames`), as `events` cuts it;
@@ -132,11 +148,13 @@ class Injection:
         else:
             return
         frames.close()
-        error = ServerError(SHUTDOWN, status=503)
-        effect = "stream_error" if websocket else "stream_failed"
-        for event in self.injector.tails.marked(api=self.api, effect=effect, error=error,
-                                                first_seq=int(count), **ctx):
+        for event in self._shutdown_tail(ctx, int(count)):
             yield at, sse.frame(event)
+
+    def _shutdown_tail(self, ctx: dict, first_seq: int) -> Iterator[MarkedEvent]:
+        effect = "stream_error" if self.api == "websocket" else "stream_failed"
+        return self.injector.tails.marked(api=self.api, effect=effect, error=ServerError(SHUTDOWN, status=503),
+                                          first_seq=first_seq, **ctx)
 
     def _cut(self, events: Iterator[MarkedEvent], ctx: dict) -> Iterator[MarkedEvent]:
         limit, tokens, seq = self.after_tokens, 0, 0

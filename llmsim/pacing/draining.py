@@ -10,7 +10,8 @@ once, and uvicorn hears the signal once those have sent their error frames (it c
 WebSocket as its shutdown begins); paced SSE streams `ENDS_EARLY` seconds before
 uvicorn's timeout, so that their last events are out before it cancels anything. A stream
 learns it is being ended from its frames (llmsim.faults.injection: `begun` / `ended`),
-and the pacer (`Pacer.end_all`) or the task pacing it (`sleepers`) asks it for what is left.
+and the pacer (`Pacer.end_all`) or the task pacing it (`sleepers`; a background response's,
+`late_sleepers`) asks it for what is left.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class Drain:
         self.begun = False                  # a shutdown signal came
         self.ended = False                  # streams still running are being ended
         self.sleepers: set[asyncio.Task] = set()    # WebSocket responses waiting for their next event
+        self.late_sleepers: set[asyncio.Task] = set()   # background responses waiting for theirs
         self._wrapped: dict[int, object] = {}       # signal -> the handler ours wraps
 
     def serving(self, timeout: float | None) -> None:
@@ -42,6 +44,7 @@ class Drain:
         self.loop, self.timeout = asyncio.get_running_loop(), timeout
         self.begun = self.ended = False
         self.sleepers.clear()
+        self.late_sleepers.clear()
         if threading.current_thread() is not threading.main_thread():
             return                          # (an app served in a test's thread: no signals)
         for sig in SIGNALS:
@@ -94,9 +97,21 @@ class Drain:
         return ending
 
     def end(self) -> None:
-        """The graceful timeout is (nearly) over: end every paced stream still running."""
+        """The graceful timeout is (nearly) over: end every paced stream still running, and
+        every background response (whose followers' streams then end with it)."""
         self.ended = True
         PACERS.end_all()
+        for task in list(self.late_sleepers):
+            task.cancel()
+
+    def stopping(self, until: str) -> bool:
+        """Whether a stream paced `until` "begun" (a WebSocket response) or "ended" (a
+        background response) ends now (llmsim.pacing.transport.due_lists)."""
+        return self.begun if until == "begun" else self.ended
+
+    def waiting(self, until: str) -> set[asyncio.Task]:
+        """Where the task pacing such a stream waits (cancelled when it is to end)."""
+        return self.sleepers if until == "begun" else self.late_sleepers
 
 
 DRAIN = Drain()

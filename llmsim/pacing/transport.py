@@ -46,18 +46,18 @@ class JSONBytes(Response):
 
 async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clock,
                     keepalive: float | None = None, lateness=None,
-                    stoppable: bool = False) -> AsyncIterator[list]:
+                    until: str | None = None) -> AsyncIterator[list]:
     """Pacing in the calling task, of (due time, item) pairs: lists of items, each sent when
     its first item is due (`start + due time`). The same state machine as the shared timer's
     (llmsim.pacing.pacer.PacedStream): with `keepalive` (seconds) an empty list comes every
     `keepalive` seconds while waiting for the first token; `lateness` (a `stats.Lateness`)
     records how late each list left; a ConnectionDrop in the items ends it after what was
-    due before it. `stoppable`: a shutdown signal (llmsim.pacing.draining) ends it at once,
-    with what is left of it.
+    due before it. `until` "begun" (a WebSocket response) or "ended" (a background response):
+    that phase of a shutdown (llmsim.pacing.draining) ends it at once, with what is left of it.
     """
     written: list[list] = []
     stream = PacedStream(iter(timed), start, written.append, keepalive, lateness, clock)
-    task = asyncio.current_task() if stoppable else None
+    task = asyncio.current_task() if until else None
     try:
         following = stream.step(clock.now())
         while True:
@@ -70,20 +70,21 @@ async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clo
                 await clock.sleep_until(following)
                 following = stream.step(clock.now())
                 continue
-            if DRAIN.begun:                 # (it came while this stream was writing)
+            if DRAIN.stopping(until):       # (it came while this stream was writing)
                 following = stream.end(clock.now())
                 continue
-            DRAIN.sleepers.add(task)
+            sleepers = DRAIN.waiting(until)
+            sleepers.add(task)
             try:
                 await clock.sleep_until(following)
             except asyncio.CancelledError:
-                if not DRAIN.begun:
+                if not DRAIN.stopping(until):
                     raise
                 task.uncancel()             # the server is shutting down: what is left, now
                 following = stream.end(clock.now())
                 continue
             finally:
-                DRAIN.sleepers.discard(task)
+                sleepers.discard(task)
             following = stream.step(clock.now())
     finally:
         stream.close()
@@ -238,6 +239,6 @@ class SSEResponse(Response):
 async def ws_send(websocket, paced: Paced) -> None:
     """A paced SSE stream over a WebSocket: each event's data (`sse.payload`, its frame without
     the `event:`/`data:` envelope) as one text message, at the same deadlines as over HTTP."""
-    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness, True):
+    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness, "begun"):
         for frame in batch:
             await websocket.send_text(payload(frame).decode())

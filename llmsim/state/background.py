@@ -211,7 +211,9 @@ class Jobs:
             if admission is not None:       # queued until the serving model gives it a slot
                 ticket = await admission.ticket()
                 start, pairs = ticket.start, ticket.timed(pairs)
-            async for batch in transport.due_lists(pairs, start, self.sim.clock):
+            # (a shutdown's graceful timeout ends it: the rest of `events`, a stoppable
+            # stream, is then its terminal error, which followers read too)
+            async for batch in transport.due_lists(pairs, start, self.sim.clock, until="ended"):
                 frames = [sse.frame(event) for event in batch]
                 snapshot = latest_response(batch)
                 if not await store.append_events(job.id, frames, snapshot, expect_events=len(job.frames)):

@@ -1,5 +1,5 @@
 """SIGTERM with streams still running past `--graceful-timeout`: each ends with its API's
-terminal error event (not a cut stream), a stream short enough finishes whole, and the
+terminal error event (not a cut stream; a followed background response's too), a stream short enough finishes whole, and the
 server exits 0. One shutdown per server kind; every stream kind runs through it at once."""
 from __future__ import annotations
 
@@ -74,9 +74,10 @@ def shutdown(request):
     """Streams of every kind running, SIGTERM, and what each client saw."""
     server = LiveServer("--server", request.param, "--ttft-ms", "0", "--tbt-ms", "40", "--target-tokens", "200",
                         "--graceful-timeout", str(GRACE))
-    seen = {name: {} for name in ("responses", "short", "chat", "anthropic", "gemini", "websocket")}
+    seen = {name: {} for name in ("responses", "background", "short", "chat", "anthropic", "gemini", "websocket")}
     jobs = [
         (openai_responses, (server, seen["responses"])),
+        (lambda out: openai_responses(server, out, background=True), (seen["background"],)),
         (openai_chat, (server, seen["chat"])),
         (raw_sse, (server.url + "/v1/messages", {"model": "claude-sonnet-4-6", "max_tokens": 1000, "stream": True,
                                                   "messages": [{"role": "user", "content": "Go on."}]},
@@ -90,7 +91,7 @@ def shutdown(request):
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 20
-        while not (all(started(seen[n]) for n in ("responses", "anthropic", "gemini", "websocket"))
+        while not (all(started(seen[n]) for n in ("responses", "background", "anthropic", "gemini", "websocket"))
                    and started(seen["chat"], "chunks")) and time.monotonic() < deadline:
             time.sleep(0.02)
         short = threading.Thread(target=openai_responses, args=(server, seen["short"]),
@@ -130,6 +131,18 @@ def test_a_responses_stream_past_the_timeout_ends_with_response_failed(shutdown)
     assert SHUTDOWN in last["response"]["error"]["message"]
     deltas = sum(e["type"] == "response.output_text.delta" for e in events)
     assert 3 <= deltas < 200        # cut short, not run to its end
+
+
+def test_a_followed_background_response_ends_with_response_failed(shutdown):
+    events = shutdown["seen"]["background"]["events"]
+    for event in events:
+        validate_response_event(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    last = events[-1]
+    assert last["type"] == "response.failed" and last["response"]["background"] is True
+    assert last["response"]["error"]["code"] == "server_error"
+    assert SHUTDOWN in last["response"]["error"]["message"]
+    assert 3 <= sum(e["type"] == "response.output_text.delta" for e in events) < 200
 
 
 def test_a_stream_that_ends_within_the_timeout_finishes_with_every_event(shutdown):
