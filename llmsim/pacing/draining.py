@@ -54,7 +54,11 @@ class Drain:
                 signal.signal(sig, self._on_signal)
 
     def stopped(self) -> None:
-        """The app stopped: the server's handlers as they were."""
+        """The app stops (its lifespan ends): the server's handlers as they were. After a
+        shutdown signal, with a graceful timeout, what still runs ends now (background
+        responses, which no request waits for: the server may stop before the timeout)."""
+        if self.begun and self.timeout is not None and self.loop is not None and not self.loop.is_closed():
+            self.end()
         for sig, handler in self._wrapped.items():
             if signal.getsignal(sig) == self._on_signal:
                 signal.signal(sig, handler)
@@ -99,6 +103,8 @@ class Drain:
     def end(self) -> None:
         """The graceful timeout is (nearly) over: end every paced stream still running, and
         every background response (whose followers' streams then end with it)."""
+        if self.ended:
+            return
         self.ended = True
         PACERS.end_all()
         for task in list(self.late_sleepers):

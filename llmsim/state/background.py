@@ -34,6 +34,7 @@ import socket
 from typing import AsyncIterator, Iterator, Protocol, Sequence
 
 from llmsim.pacing import transport
+from llmsim.pacing.draining import DRAIN
 from llmsim.render import sse
 from llmsim.render.templates import MarkedEvent
 from llmsim.state.prior import Prior
@@ -41,6 +42,7 @@ from llmsim.state.store import ACTIVE, Store
 
 log = logging.getLogger("llmsim")
 POLL_S = 0.02      # how often a reader in another process looks for new events
+STOP_WAIT_S = 5.0  # how long a stopping server waits for the background responses it ended to be kept
 
 
 def _proc(path: str) -> str:
@@ -167,10 +169,15 @@ class Jobs:
             self._leasing = asyncio.create_task(self._lease())
 
     async def stopped(self) -> None:
+        """The server stops: its lease is no longer renewed; the background responses a
+        shutdown ended (llmsim.pacing.draining) have up to `STOP_WAIT_S` to keep their ending."""
         if self._leasing is not None:
             self._leasing.cancel()
             await asyncio.wait([self._leasing])
             self._leasing = None
+        ending = [job.task for job in self.running.values() if job.task is not None]
+        if ending and DRAIN.ended:
+            await asyncio.wait(ending, timeout=STOP_WAIT_S)
 
     async def _lease(self) -> None:
         """Renew this process's lease every lease_s / 3 seconds, then fail the background

@@ -158,3 +158,31 @@ def test_a_restart_loses_nothing_stored_and_leaves_nothing_running(tmp_path, sto
             assert [event.type for event in stream][-1] == "response.failed"
     finally:
         second.stop()
+
+
+def test_a_background_response_a_graceful_shutdown_ended_reads_failed_after_a_restart(tmp_path):
+    """SIGTERM with `--graceful-timeout` while a background response runs (no client follows
+    it): it is ended and kept `failed`, saying the server shut down, with its stream's events."""
+    path = f"lmdb:{tmp_path / 'store.lmdb'}"
+    first = LiveServer("--ttft-ms", "0", "--tbt-ms", "50", "--target-tokens", "200", "--store", path,
+                       "--graceful-timeout", "0.5")
+    try:
+        client = first.client()
+        running = client.responses.create(model=MODEL, input="Take your time.", background=True)
+        assert wait_for(lambda: client.responses.retrieve(running.id).status == "in_progress", 10)
+        first.proc.terminate()
+        assert first.proc.wait(15) == 0
+    finally:
+        first.stop()
+    second = LiveServer("--profile", "instant", "--store", path)
+    try:
+        client = second.client()
+        after = client.responses.retrieve(running.id)
+        assert after.status == "failed"
+        assert after.error.code == "server_error" and "shutting down" in after.error.message
+        with client.responses.retrieve(running.id, stream=True) as stream:
+            events = [event.type for event in stream]
+        assert events[0] == "response.created" and events[-1] == "response.failed"
+        assert "response.output_text.delta" in events
+    finally:
+        second.stop()
