@@ -29,7 +29,7 @@ LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "t
                 # tests/reliability: servers of their own (stopped, killed, filled up)
                 "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
                 "test_abusive_clients", "test_shutdown", "test_slow_clients", "test_store_evicts",
-                "test_background_restart"}
+                "test_background_restart", "test_disk_full"}
 LIVE_TESTS = {      # tests in in-process modules that run `llmsim` (serve, top) in a subprocess
     "test_the_plain_server_answers_without_loading_any_tuned_module",
     "test_the_tuned_server_loads_its_own_protocol",

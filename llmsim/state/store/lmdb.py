@@ -29,17 +29,21 @@ Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
   `lease` NUL owner -> until when (wall clock) the process `owner` runs its background responses.
 
 Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
-entries of each kind are looked at and the expired ones deleted. The map (and the file, which
-is sparse) starts at `MAP_SIZE` and doubles whenever a write fills it; the other processes
-adopt the new size on their next transaction. Once it is `max_bytes` (`--store-max-bytes`), a
-write that fills it evicts the oldest entries of each kind (1, 1, 2, 4, ... per round, responses
-still running excepted, up to EVICT_MAX) and tries again, when `store_evict_when_full`; when
+entries of each kind are looked at and the expired ones deleted. The map starts at `MAP_SIZE`
+and doubles whenever a write fills it; the other processes adopt the new size on their next
+transaction. Its file's disk blocks are allocated as it grows (`reserve`), so it grows only as
+far as the disk has room: a full disk is a full map. Once it is `max_bytes`
+(`--store-max-bytes`), or the disk is full, a write that fills it evicts the oldest entries of
+each kind (1, 1, 2, 4, ... per round, responses still running excepted, up to EVICT_MAX) and
+tries again, when `store_evict_when_full`; when
 that is off or frees too little, the write fails with MapFullError (a 503, `outage`).
 """
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import struct
 import time
 from pathlib import Path
@@ -54,7 +58,8 @@ from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredRespons
                                      outages_answered, pack)
 
 log = logging.getLogger("llmsim")
-MAP_SIZE = 64 << 20          # the map (and, sparse, the file) to start with; it doubles when full
+MAP_SIZE = 64 << 20          # the map (and its file's disk blocks) to start with; it doubles when full
+PAGE = 4096                  # map sizes are whole pages
 SWEEP_EVERY = 256
 EVICT_MAX = 256              # entries a write that finds the map full may evict (then: 503)
 FORMAT = b"2"
@@ -144,15 +149,16 @@ class LmdbStore:
                 break
             except lmdb.MapFullError:
                 size = env.info()["map_size"]
-                if self.max_bytes is not None and size >= self.max_bytes:
-                    if not write or evicted >= EVICT_MAX or not self.bounds.evict_when_full:
-                        raise
-                    freed = self._evict_oldest(max(1, evicted))     # 1, 1, 2, 4, ... of each kind
-                    if not freed:
-                        raise
-                    evicted += freed
+                want = size * 2 if self.max_bytes is None else min(size * 2, self.max_bytes)
+                if want > size and (grown := reserve(env, want)) > size:      # the disk has room
+                    env.set_mapsize(grown)
                     continue
-                env.set_mapsize(size * 2 if self.max_bytes is None else min(size * 2, self.max_bytes))
+                if not write or evicted >= EVICT_MAX or not self.bounds.evict_when_full:
+                    raise
+                freed = self._evict_oldest(max(1, evicted))     # 1, 1, 2, 4, ... of each kind
+                if not freed:
+                    raise
+                evicted += freed
             except lmdb.MapResizedError:
                 env.set_mapsize(0)
         return result
@@ -600,6 +606,9 @@ def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment
         try:                                  # (the store made the directory)
             env = lmdb.open(real, map_size=min(MAP_SIZE, max_bytes or MAP_SIZE), max_dbs=16, sync=False, metasync=False,
                             writemap=True, readahead=False, max_readers=512)
+            size = env.info()["map_size"]
+            if (reserved := reserve(env, size)) < size:     # before anything is written through the map
+                env.set_mapsize(reserved)
         except (OSError, lmdb.Error) as exc:
             raise ConfigError(f"store: cannot open the LMDB store {path!r}: {exc}") from None
         tables = {name: env.open_db(name.encode()) for name in
@@ -611,6 +620,27 @@ def _open_env(path: str, max_bytes: int | None = None) -> tuple[lmdb.Environment
     entry = _OPEN[real]
     entry[2] += 1
     return entry[0], entry[1]
+
+
+def reserve(env: lmdb.Environment, size: int) -> int:
+    """Allocate the disk blocks of the map's file up to `size` bytes, or the most the disk has
+    room for (halving, down to the pages in use); the size allocated. The map is written
+    through (writemap) and its file is sparse: a page the disk had no room for would be a
+    SIGBUS that kills the server, where a full map is an error (evict, or 503)."""
+    used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    fd = os.open(os.path.join(env.path(), "data.mdb"), os.O_RDWR)
+    try:
+        while size > used:
+            try:
+                os.posix_fallocate(fd, 0, size)
+                return size
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                    return size     # a file system that cannot say: as it was
+                size = max(used, size // 2 // PAGE * PAGE)
+        return used
+    finally:
+        os.close(fd)
 
 
 def _check_format(env: lmdb.Environment, tables: dict, path: str) -> None:
