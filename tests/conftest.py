@@ -1,8 +1,6 @@
 """Shared fixtures: live llmsim servers (real uvicorn subprocesses) and in-process apps."""
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -297,26 +295,10 @@ def shared_app_client():
 @pytest.fixture(scope="session")
 def redis_url():
     """A `redis-server` of its own on a free port (skips the test where none is installed)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (Debian package: redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("redis-server did not start") from None
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(10)
+    from redisproc import RedisProcess
+    process = RedisProcess()
+    yield process.url
+    process.stop()
 
 
 def pytest_terminal_summary(terminalreporter):
