@@ -33,7 +33,7 @@ import httpx
 import pytest
 import yaml
 
-from conftest import REPO, LiveServer, free_port
+from conftest import REPO, LiveServer, free_port, wait_for
 from llmsim.testing import answered_by
 
 DEPLOY = REPO / "deploy"
@@ -48,15 +48,6 @@ def tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed (pip install -e '.[test]'; nginx: apt-get install nginx)")
     return path
-
-
-def wait_for(check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.1)
 
 
 # --- the Dockerfile -------------------------------------------------------------------------
@@ -425,7 +416,7 @@ def balancer(tmp_path_factory, image):
         with contextlib.suppress(httpx.HTTPError):
             return httpx.get(f"{url}/health", timeout=1).status_code == 200
     try:
-        assert wait_for(up), proc.stdout.read().decode() if proc.poll() is not None else "nginx never answered"
+        assert wait_for(up, 30), proc.stdout.read().decode() if proc.poll() is not None else "nginx never answered"
         yield SimpleNamespace(url=url, backends=backends)
     finally:
         proc.terminate()
@@ -444,7 +435,7 @@ def test_balancer_spreads_requests_round_robin(balancer):
     for _ in range(6):
         assert client.responses.create(model="gpt-4o", input="Hi").status == "completed"
     counts = wait_for(lambda: (c := [api_requests(b) - n for b, n in zip(balancer.backends, before)])
-                      and sum(c) == 6 and c)
+                      and sum(c) == 6 and c, 30)
     assert counts == [3, 3]
 
 
