@@ -10,9 +10,9 @@ import time
 import httpx
 import openai
 import pytest
-from redisproc import RedisProcess
 
 from conftest import LiveServer
+from redisproc import RedisProcess
 
 MODEL = "gpt-4o"
 LIMIT_S = 2.0
