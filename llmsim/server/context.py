@@ -21,7 +21,7 @@ class RequestHeaders(Headers):
     """starlette's Headers of a scope, read in place (not copied into the scope again), whose
     `get` of a missing name does not raise and catch a KeyError."""
 
-    def __init__(self, scope: Scope):  # noqa: super (sets what it would, without the copy)
+    def __init__(self, scope: Scope):  # no super().__init__: sets what it would, without the copy
         self._list = scope["headers"]
 
     def get(self, key: str, default: t.Any = None) -> t.Any:
