@@ -120,8 +120,9 @@ def test_the_server_exits_0_soon_after_the_graceful_timeout(shutdown):
     assert GRACE - 0.5 < shutdown["ended"] < GRACE + 3
 
 
-def test_a_responses_stream_past_the_timeout_ends_with_response_failed(shutdown):
-    events = shutdown["seen"]["responses"]["events"]
+def cut_by_the_shutdown(events: list[dict]) -> dict:
+    """A Responses stream's events, each valid, numbered without a gap, cut short (not run to
+    its end) by a `response.failed` saying the server shut down; that response."""
     for event in events:
         validate_response_event(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -129,20 +130,16 @@ def test_a_responses_stream_past_the_timeout_ends_with_response_failed(shutdown)
     assert last["type"] == "response.failed" and last["response"]["status"] == "failed"
     assert last["response"]["error"]["code"] == "server_error"
     assert SHUTDOWN in last["response"]["error"]["message"]
-    deltas = sum(e["type"] == "response.output_text.delta" for e in events)
-    assert 3 <= deltas < 200        # cut short, not run to its end
+    assert 3 <= sum(e["type"] == "response.output_text.delta" for e in events) < 200
+    return last["response"]
+
+
+def test_a_responses_stream_past_the_timeout_ends_with_response_failed(shutdown):
+    cut_by_the_shutdown(shutdown["seen"]["responses"]["events"])
 
 
 def test_a_followed_background_response_ends_with_response_failed(shutdown):
-    events = shutdown["seen"]["background"]["events"]
-    for event in events:
-        validate_response_event(event)
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    last = events[-1]
-    assert last["type"] == "response.failed" and last["response"]["background"] is True
-    assert last["response"]["error"]["code"] == "server_error"
-    assert SHUTDOWN in last["response"]["error"]["message"]
-    assert 3 <= sum(e["type"] == "response.output_text.delta" for e in events) < 200
+    assert cut_by_the_shutdown(shutdown["seen"]["background"]["events"])["background"] is True
 
 
 def test_a_stream_that_ends_within_the_timeout_finishes_with_every_event(shutdown):
