@@ -219,6 +219,16 @@ def live_server_factory():
         server.stop()
 
 
+def model_metrics(url: str, model: str, *names: str) -> tuple[float, ...]:
+    """The values of the `/metrics` series `names` for `model` (0.0 for one not there)."""
+    found = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in names and rest.startswith(f'model_name="{model}"}}'):
+            found[name] = float(line.split()[-1])
+    return tuple(found.get(name, 0.0) for name in names)
+
+
 def wait_for(condition, timeout: float, step: float = 0.02):
     """`condition()`'s first truthy value within `timeout` seconds (else its last value)."""
     deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ import openai
 import orjson
 import pytest
 
+from conftest import model_metrics
 from llmsim.state import hostslots
 
 TTFT_S = 0.2
@@ -123,12 +124,7 @@ def test_the_queue_cap_holds_for_the_host(server):
 
 def serving_metrics(url: str, model: str) -> tuple[float, float]:
     """vllm:num_requests_running and vllm:num_requests_waiting of `model`."""
-    found = {}
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-            if line.startswith(f'{name}{{model_name="{model}"}}'):
-                found[name] = float(line.split()[-1])
-    return found.get("vllm:num_requests_running", 0.0), found.get("vllm:num_requests_waiting", 0.0)
+    return model_metrics(url, model, "vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 def test_metrics_report_the_hosts_requests_until_their_clients_go_away(server):
@@ -214,12 +210,8 @@ def test_a_background_response_stays_queued_until_it_has_a_slot(server):
 
 def ttft_metric(url: str, model: str) -> tuple[float, float]:
     """(count, sum) of vllm:time_to_first_token_seconds for `model`, over the workers."""
-    found = {}
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        for part in ("count", "sum"):
-            if line.startswith(f'vllm:time_to_first_token_seconds_{part}{{model_name="{model}"}}'):
-                found[part] = float(line.split()[-1])
-    return found.get("count", 0.0), found.get("sum", 0.0)
+    return model_metrics(url, model, "vllm:time_to_first_token_seconds_count",
+                         "vllm:time_to_first_token_seconds_sum")
 
 
 def test_the_reported_ttft_includes_the_wait_for_a_slot(server):

@@ -7,10 +7,10 @@ import asyncio
 import statistics
 import time
 
-import httpx
 import pytest
 import yaml
 
+from conftest import model_metrics
 from llmsim import datafiles
 
 TBT_MS = 50.0
@@ -78,13 +78,8 @@ def test_a_model_without_serving_in_its_profile_is_not_slowed(server):
 
 
 def serving_metrics(url: str, model: str) -> tuple[float, float]:
-    text = httpx.get(url + "/metrics").text
-    found = {}
-    for line in text.splitlines():
-        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-            if line.startswith(f'{name}{{model_name="{model}"}}'):
-                found[name] = float(line.split()[-1])
-    return found.get("vllm:num_requests_running", 0.0), found.get("vllm:num_requests_waiting", 0.0)
+    """vllm:num_requests_running and vllm:num_requests_waiting of `model`."""
+    return model_metrics(url, model, "vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 def test_metrics_report_running_and_waiting_requests(server):
