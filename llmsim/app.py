@@ -26,24 +26,21 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from llmsim import __version__, datafiles
+from llmsim.api.adapters import adapters
 from llmsim.api.apis import Apis
 from llmsim.api.front import Front
 from llmsim.api.handlers.anthropic import AnthropicHandlers
-from llmsim.api.handlers.chat import ChatHandlers
 from llmsim.api.handlers.chat_store import ChatStoreHandlers
-from llmsim.api.handlers.compaction import CompactionHandlers
-from llmsim.api.handlers.completions import CompletionsHandlers
 from llmsim.api.handlers.config import ConfigHandlers
 from llmsim.api.handlers.conversations import ConversationsHandlers
-from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.gemini import GeminiHandlers
+from llmsim.api.handlers.generate import Generating
 from llmsim.api.handlers.models import ModelsHandlers
-from llmsim.api.handlers.moderations import ModerationsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
-from llmsim.api.handlers.responses import ResponsesHandlers
 from llmsim.api.handlers.stats import StatsHandlers
 from llmsim.api.methods import AllowedMethods
+from llmsim.api.pipeline import Pipeline
 from llmsim.api.validation import BodyValidator, unsupported_media_type
 from llmsim.api.websocket import ResponsesSocket
 from llmsim.clock import Clock
@@ -72,20 +69,16 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         from llmsim.server import context as current
     else:
         from llmsim.api import current
-    groups = {"responses": ResponsesHandlers(sim, current), "models": ModelsHandlers(sim),
-              "chat": ChatHandlers(sim, current)}
-    groups["stats"] = StatsHandlers(sim)
-    groups["faults"] = FaultsHandlers(sim)
-    groups["config"] = ConfigHandlers(sim)
-    groups["response_store"] = ResponseStoreHandlers(sim)
-    groups["conversations"] = ConversationsHandlers(sim)
-    groups["anthropic"] = AnthropicHandlers(sim, current)
-    groups["embeddings"] = EmbeddingsHandlers(sim, current)
-    groups["completions"] = CompletionsHandlers(sim, current)
-    groups["moderations"] = ModerationsHandlers(sim, current)
-    groups["compaction"] = CompactionHandlers(sim, current)
-    groups["chat_store"] = ChatStoreHandlers(sim)
-    groups["gemini"] = GeminiHandlers(sim, current)
+    pipeline = Pipeline(sim)        # every generating operation: its adapter through the pipeline
+    generating = {name: Generating(pipeline, adapter, current) for name, adapter in adapters(sim).items()}
+    groups = {"responses": generating["responses"], "chat": generating["chat"],
+              "completions": generating["completions"], "embeddings": generating["embeddings"],
+              "moderations": generating["moderations"], "compaction": generating["compact"],
+              "anthropic": AnthropicHandlers(sim, generating["anthropic"]),
+              "gemini": GeminiHandlers(sim, generating["gemini"]),
+              "models": ModelsHandlers(sim), "stats": StatsHandlers(sim), "faults": FaultsHandlers(sim),
+              "config": ConfigHandlers(sim), "response_store": ResponseStoreHandlers(sim),
+              "conversations": ConversationsHandlers(sim), "chat_store": ChatStoreHandlers(sim)}
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],
@@ -171,6 +164,6 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     if tuned:
         from llmsim.api.fastpath import json_operations
         operations = json_operations(settings.spec_path, base_paths, resolve)
-    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim).router(base_paths),
+    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim, pipeline, generating["websocket"].adapter).router(base_paths),
                  render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
                  base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)

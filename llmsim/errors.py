@@ -39,6 +39,7 @@ class APIError(LLMSimError):
     status = 500
     type = "server_error"
     code: str | None = None
+    retry_delay: str | None = None      # when a retry may succeed ("17s"), for envelopes that say it
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  status: int | None = None, type: str | None = None,

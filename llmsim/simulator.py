@@ -97,6 +97,7 @@ class Simulator:
         self.stats.serving_state = self.serving.snapshot
         self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
         self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config
+        self.reconfigured: list = []    # called with the new settings (the pipeline reassembles)
 
     # ---- runtime control (llmsim.state.liveconfig) ----
     def vet(self, settings: Settings) -> None:
@@ -115,6 +116,8 @@ class Simulator:
         self.limiter.configure(settings)
         if settings.errors != old.errors and self.faults.shared is None:
             self.faults.rates = self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
+        for listener in self.reconfigured:
+            listener(settings)
 
     async def patch(self, changes: dict) -> None:
         """PATCH /llmsim/config: check, share and apply; fault rates go to a shared store's schedule."""
@@ -157,11 +160,15 @@ class Simulator:
             return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + n
         return self._shared, int(self.clock.wall())
 
-    def context(self, model_id: str, headers: Mapping[str, str] | None = None) -> Context:
+    def context(self, model_id: str, headers: Mapping[str, str] | None = None, *, model=None,
+                profile: latency.Profile | None = None) -> Context:
         """Everything planning needs for one request; raises ModelNotFoundError. A request
-        header `x-llmsim-seed: N` seeds its generator with N, whatever --seed says."""
-        model = self.catalogue.get(model_id)
+        header `x-llmsim-seed: N` seeds its generator with N, whatever --seed says. `model` and
+        `profile`: a model outside the catalogue (moderations') and its latency."""
+        if model is None:
+            model = self.catalogue.get(model_id)
         rng, created = self.draw()
         if headers is not None and (seed := headers.get(SEED_HEADER)) is not None:
             rng = random.Random(f"llmsim-request:{_seed(seed)}")
-        return Context(self.settings, model, self.profile_for(model), self.rules, rng, created, self.ids)
+        return Context(self.settings, model, profile or self.profile_for(model), self.rules, rng, created,
+                       self.ids)

@@ -1,6 +1,6 @@
-"""How every generating handler ends: the serving model's admission (llmsim.state.serving)
-when it is on for the model, then paced SSE events when streaming, else the JSON body once
-the plan's end has come."""
+"""How a generating request is delivered (llmsim.api.adapters): paced SSE events when
+streaming (slowed by the load with a serving ticket), else the JSON body once the plan's end
+has come."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -9,13 +9,6 @@ from llmsim.pacing import transport
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
     from llmsim.simulator import Simulator
-
-
-def serving(sim: Simulator, profile):
-    """The serving model's parameters for a model of `profile` (None: off for it)."""
-    if sim.serving.settings is not sim.settings:    # changed at runtime
-        sim.serving.refresh(sim.settings)
-    return sim.serving.params(sim.settings, profile) if sim.serving.on else None
 
 
 def events(sim: Simulator, frames, start: float, ticket=None) -> transport.Paced:

@@ -46,7 +46,9 @@ from starlette.routing import Router, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from llmsim import datafiles
-from llmsim.api import answer, ratelimiting, validation
+from llmsim.api import validation
+from llmsim.api.adapters import Adapter
+from llmsim.api.pipeline import Call, Pipeline, control
 from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
@@ -136,8 +138,8 @@ class Conversation:
 class ResponsesSocket:
     """The WebSocket endpoint of one app: counts open connections, serves each one."""
 
-    def __init__(self, sim: Simulator):
-        self.sim = sim
+    def __init__(self, sim: Simulator, pipeline: Pipeline, adapter: Adapter):
+        self.sim, self.pipeline, self.adapter = sim, pipeline, adapter
         self.validator = request_validator(sim.settings.spec_path)
         self.responses = sim.templates["responses"]
         self.ws_errors = sim.templates["websocket"]
@@ -184,6 +186,10 @@ class Connection:
         self.sim = endpoint.sim
         self.websocket = websocket
         self.last: Conversation | None = None
+        self.headers = dict(websocket.scope.get("headers") or ())     # the upgrade's (faults, seeds, limits)
+        self.control = control(self.headers)
+        self.generate = True            # the frame being answered's `generate`
+        self.began = 0.0
 
     async def run(self) -> None:
         frames: asyncio.Queue = asyncio.Queue(QUEUED_FRAMES)
@@ -238,47 +244,32 @@ class Connection:
                 await self.send_error(ServerError("The server had an error while processing your request."))
 
     async def respond(self, raw: str | bytes) -> None:
-        sim = self.sim
-        start, began = sim.clock.now(), time.perf_counter()
-        sim.refresh()                   # settings changed at runtime by another process
-        body, generate = parse_frame(raw, self.endpoint.validator)
-        headers = self.websocket.headers            # the upgrade's headers
-        script = history = None
-        if generate and sim.scripts.wanted(body, headers):     # a scenario or a rule may script it
-            history = await self.history(body.get("previous_response_id"))
-            turns = [*history, *inputs.responses_turns(body)]
-            fault, script = await sim.scripts.begin("websocket", body, headers, turns)
-        else:
-            fault = sim.faults.begin("websocket", body, headers)
-        if fault.waits:                 # a timeout's error, or what a shared schedule decides
-            fault = await fault.wait()
-        if history is None:
-            history = await self.history(body.get("previous_response_id"))
-        ctx = sim.context(body["model"], headers)
-        if fault:                       # a content fault changes what is said
-            script = fault.answer(script, body, ctx)
-        plan = planning.plan_response(body, ctx, history, generate, script)
-        if sim.limiter.limits is not None:      # rate limits: each response.create takes its cost
-            await ratelimiting.take(sim, ctx.model, plan.usage.input_tokens, body.get("max_output_tokens"),
-                                    headers=self.websocket.headers)
-        plan = fault.shape(plan)
-        ticket = None                   # the serving model's (llmsim.state.serving), when on
-        if (serving := answer.serving(sim, ctx.profile)) is not None:
-            turns = [*history, *inputs.responses_turns(body)]   # a slot, like an HTTP request (or 429)
-            ticket = await sim.serving.admit(serving, plan, body.get("prompt_cache_key"), turns,
-                                             ctx.model.encoding, start)
-            start = ticket.start
-        frames = fault.frames(self.endpoint.responses, plan=plan, req=body, websocket=True)
+        """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`."""
+        pipeline = self.endpoint.pipeline
+        start, self.began = self.sim.clock.now(), time.perf_counter()
+        if pipeline.refresh is not None:
+            pipeline.refresh()          # settings changed at runtime by another process
+        body, self.generate = parse_frame(raw, self.endpoint.validator)
+        call = Call(self.endpoint.adapter, body, self.headers, self.control, start, self)
+        await pipeline.run(call)
+        await self.send(call)
+
+    async def send(self, call: Call) -> None:
+        """A planned turn's events as frames, paced (slowed by the load, with a serving ticket),
+        counted once sent; then remembered for the next turn."""
+        sim, plan, ticket = self.sim, call.plan, call.ticket
+        frames = call.fault.frames(self.endpoint.responses, plan=plan, req=call.req, websocket=True)
+        start = call.start
         try:
             if ticket is not None:
-                frames = ticket.timed(frames)
-            with sim.stats.turn(plan, began, ticket.delay if ticket is not None else 0.0):  # counted; traced once sent
+                frames, start = ticket.timed(frames), ticket.start
+            with sim.stats.turn(plan, self.began, ticket.delay if ticket is not None else 0.0):
                 await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
                                                                         sim.stats.lateness))
         finally:
             if ticket is not None:
                 ticket.release()
-        self.remember(plan, body, history)
+        self.remember(plan, call.req, call.prior)
 
     async def history(self, previous_id: str | None) -> list[inputs.Turn]:
         """The conversation `previous_response_id` continues: this connection's latest response,

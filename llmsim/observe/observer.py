@@ -126,8 +126,6 @@ class Observer:
             added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at + delay)),
                       (b"x-llmsim-duration-ms", _ms(plan.end_at + delay)),
                       (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
-        if ex.extra_headers is not None:
-            added += ex.extra_headers
         return added
 
     def end(self, ex: Exchange) -> None:

@@ -185,7 +185,7 @@ class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
                  "stream", "error", "injected", "model", "stats", "turns", "token", "request_headers",
-                 "extra_headers", "delay")
+                 "delay")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -199,7 +199,6 @@ class Exchange:
         self.turns = 0                  # WebSocket turns traced so far
         self.token = None               # resets llmsim.observe.stats.CURRENT when the exchange ends
         self.request_headers = None     # the request's headers, {name: value} (bytes), as the front read them
-        self.extra_headers = None       # more headers for the answer (rate limits: llmsim.api.ratelimiting)
         self.delay = 0.0                # seconds before the plan's clock started (the serving model's wait and prefill)
 
 

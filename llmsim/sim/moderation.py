@@ -13,7 +13,8 @@ from pathlib import Path
 
 from llmsim import datafiles
 from llmsim.errors import ConfigError, InvalidRequestError, ModelNotFoundError
-from llmsim.sim import tokens
+from llmsim.sim import latency, tokens
+from llmsim.sim.plan import Usage
 
 ENCODING = "o200k_base"       # what moderation inputs are counted in (for stats)
 
@@ -118,3 +119,23 @@ def inputs(given, model: str, reads_images: bool) -> list[tuple[str, int]]:
 
 def count(pairs: list[tuple[str, int]]) -> int:
     return sum(tokens.count(text, ENCODING) + images * tokens.IMAGE_TOKENS for text, images in pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A moderation model as planning and rate limits see it (not in the chat catalogue)."""
+    id: str
+    max_output_tokens: int = 0
+    encoding: str = ENCODING
+
+
+def plan_moderation(body: dict, rules: Rules, ctx) -> ModerationPlan:
+    """A verdict per input, due at the latency of `ctx.profile` (the rules' `latency`, unless
+    --profile says otherwise)."""
+    model = ctx.model.id
+    pairs = inputs(body["input"], model, rules.reads_images(model))
+    results = [judge(rules, text, images) for text, images in pairs]
+    sched = latency.schedule(ctx.profile, ctx.rng, 0, 0)
+    n = count(pairs)
+    return ModerationPlan(ctx.ids.make("moderation", ctx.rng), model, results, Usage(n, 0, 0, n),
+                          sched.first_token, sched.end)

@@ -57,6 +57,11 @@ class LiveConfig:
         self._version: bytes | None = None
         self._poller: asyncio.Task | None = None
 
+    @property
+    def watches(self) -> bool:
+        """Other processes may change the settings (a request starts with `refresh`)."""
+        return self.file is not None or self.redis is not None
+
     # ---- a change ------------------------------------------------------------------
     def check(self, changes: Mapping[str, Any]):
         """The settings `changes` would give; InvalidRequestError (400, naming the key) if bad."""

@@ -274,9 +274,11 @@ class Redis:
 
 
 class RateLimited(APIError):
-    """An empty bucket (rendered like any APIError; the message is templates/ratelimits.yaml's)."""
+    """An empty bucket (rendered like any APIError; the message is templates/ratelimits.yaml's;
+    `retry_delay`: the wait, for an envelope that carries it, as Google's RetryInfo)."""
 
 
+OPENAI = "openai"               # the provider whose headers are the x-ratelimit-* ones
 HEADERS = ("limit_requests", "limit_tokens", "remaining_requests", "remaining_tokens",
            "reset_requests", "reset_tokens")     # what templates/ratelimits.yaml names
 
@@ -287,6 +289,7 @@ class RateLimiter:
     def __init__(self, settings, store, templates):
         self.templates = templates
         self.template = None
+        self.dialects: dict[str, Dialect] = {}
         self.waits = getattr(store, "redis", None) is not None     # a store that answers later
         if self.waits:
             self.buckets: Any = Redis(store.redis)
@@ -303,6 +306,8 @@ class RateLimiter:
             self.template = self.templates["ratelimits"]    # ConfigError when the templates lack it
             names = self.template.body(shape="ratelimit_header_names")
             self.names = tuple(names[role].encode("latin-1") for role in HEADERS)
+            self.dialects = {provider: Dialect(self.template.body(shape=f"{provider}_ratelimit_header_names"))
+                             for provider in self.template.body(shape="ratelimit_providers")}
         self.limits = limits
         self.pairs: dict[tuple[str, str], Pair | None] = {}
 
@@ -331,10 +336,10 @@ class RateLimiter:
                     (names[4], duration_bytes((rpm - requests) * WINDOW_S / rpm))]
         return [*pair.fixed, (names[3], b"%d" % tokens), (names[5], duration_bytes((tpm - tokens) * WINDOW_S / tpm))]
 
-    def take_now(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
-        """The rate-limit headers of a request, once it has taken its cost; raises RateLimited
-        (with the same headers) when a bucket is short. None: no limit for this pair. For the
-        stores that answer at once (`waits` false); `take` for any."""
+    def take_now(self, key: str, model: str, cost: int, provider: str = OPENAI) -> list[tuple[bytes, bytes]] | None:
+        """The rate-limit headers of a request (in `provider`'s names), once it has taken its
+        cost; raises RateLimited (with the same headers) when a bucket is short. None: no limit
+        for this pair. For the stores that answer at once (`waits` false); `take` for any."""
         pair = self.pairs.get((key, model), False)
         if pair is False:
             pair = self.pair(key, model)
@@ -342,24 +347,55 @@ class RateLimiter:
             return None
         requests, tokens, refused, wait = self.buckets.take(pair.bucket, pair.limit, cost)
         if refused is None:
-            return self.headers(pair, requests, tokens)
-        return self.told(pair, cost, (requests, tokens, refused, wait))
+            return self.headers(pair, requests, tokens) if provider == OPENAI else \
+                self.dialects[provider].headers(pair.limit, requests, tokens)
+        return self.told(pair, cost, (requests, tokens, refused, wait), provider)
 
-    async def take(self, key: str, model: str, cost: int) -> list[tuple[bytes, bytes]] | None:
+    async def take(self, key: str, model: str, cost: int, provider: str = OPENAI) -> list[tuple[bytes, bytes]] | None:
         if not self.waits:
-            return self.take_now(key, model, cost)
+            return self.take_now(key, model, cost, provider)
         pair = self.pair(key, model)
-        return None if pair is None else self.told(pair, cost, await self.buckets.take(pair.bucket, pair.limit, cost))
+        return None if pair is None else \
+            self.told(pair, cost, await self.buckets.take(pair.bucket, pair.limit, cost), provider)
 
-    def told(self, pair: Pair, cost: int, outcome: Outcome) -> list[tuple[bytes, bytes]]:
+    def told(self, pair: Pair, cost: int, outcome: Outcome, provider: str = OPENAI) -> list[tuple[bytes, bytes]]:
         requests, tokens, refused, wait = outcome
-        headers = self.headers(pair, requests, tokens)
+        dialect = self.dialects.get(provider)
+        headers = self.headers(pair, requests, tokens) if dialect is None else dialect.headers(pair.limit, requests, tokens)
         if refused is None:
             return headers
         limit = pair.limit
         taken = Taken(limit, cost, requests, tokens, refused, wait)
-        error = self.template.body(shape="ratelimit_error", taken=taken, model=pair.model)
-        more = {} if taken.too_large else self.template.body(shape="ratelimit_retry_headers", taken=taken)
-        raise RateLimited(error["message"], status=429, type=error["type"], code=error["code"],
+        prefix = "" if dialect is None else provider + "_"
+        error = self.template.body(shape=prefix + "ratelimit_error", taken=taken, model=pair.model)
+        more = {} if taken.too_large else self.template.body(shape=prefix + "ratelimit_retry_headers", taken=taken)
+        exc = RateLimited(error["message"], status=429, type=error.get("type"), code=error.get("code"),
                           headers={**{name.decode(): value.decode() for name, value in headers},
                                    **{name: str(value) for name, value in more.items()}})
+        if not taken.too_large:
+            exc.retry_delay = f"{math.ceil(taken.wait_s)}s"     # (Google's RetryInfo)
+        raise exc
+
+
+class Dialect:
+    """Another provider's rate-limit headers: for each bucket, names that take `-limit`,
+    `-remaining` and `-reset` (an RFC 3339 time: when the bucket is full again)."""
+
+    def __init__(self, names: Mapping[str, Any] | None):
+        names = names or {}
+        self.requests = tuple(n.encode("latin-1") for n in names.get("requests") or ())
+        self.tokens = tuple(n.encode("latin-1") for n in names.get("tokens") or ())
+
+    def headers(self, limit: Limit, requests: float, tokens: float) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        now = time.time()
+        for names, capacity, level in ((self.requests, limit.rpm, requests), (self.tokens, limit.tpm, tokens)):
+            if not capacity or not names:
+                continue
+            left = max(0, int(level))
+            reset = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                  time.gmtime(now + math.ceil((capacity - level) * WINDOW_S / capacity)))
+            for name in names:
+                out += ((name + b"-limit", b"%d" % capacity), (name + b"-remaining", b"%d" % left),
+                        (name + b"-reset", reset.encode()))
+        return out

@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from llmsim.api import answer
 from llmsim.pacing import transport
 from llmsim.sim import messages
 from llmsim.simulator import Simulator
 
 if TYPE_CHECKING:   # a type only
-    from llmsim.api.current import Current
+    from llmsim.api.handlers.generate import Generating
 
 
 def _rfc3339(epoch: int) -> str:
@@ -19,32 +18,11 @@ def _rfc3339(epoch: int) -> str:
 
 
 class AnthropicHandlers:
-    def __init__(self, sim: Simulator, current: Current):
+    def __init__(self, sim: Simulator, generating: Generating):
         self.sim = sim
-        self.received_at, self.request_headers = current.received_at, current.request_headers
-        self.template = sim.templates["anthropic"]
+        self.create = generating.create         # POST /messages: the pipeline
         self.models = sim.templates["anthropic_models"]
         self.counted = sim.templates["anthropic_count_tokens"]
-        self.cache = messages.PromptCache(sim.clock)     # this process's cached prompt prefixes
-
-    async def create(self, body: dict):
-        sim = self.sim
-        start = sim.clock.began(self.received_at())
-        fault = sim.faults.begin("anthropic", body, self.request_headers())
-        if fault.waits:
-            fault = await fault.wait()
-        ctx = sim.context(body["model"])
-        serving = answer.serving(sim, ctx.profile)
-        prefix = serving is not None and serving.prefix_cache     # the serving model's cache, else its own
-        plan = messages.plan_message(body, ctx, None if prefix else self.cache)
-        if fault:
-            plan = fault.shape(plan)
-        ticket = None
-        if serving is not None:         # a slot, and the prefix cache's reads (tools, system, messages)
-            ticket = await sim.serving.admit(serving, plan, None, messages.cache_order(messages.turns(body)),
-                                             ctx.model.encoding, start)
-        sim.stats.record(plan, "messages", bool(body.get("stream")), ticket.delay if ticket is not None else 0.0)
-        return await answer.reply(sim, self.template, plan, start, body.get("stream"), fault, ticket, req=body)
 
     async def count_tokens(self, body: dict):
         model = self.sim.catalogue.get(body["model"])

@@ -1,0 +1,319 @@
+"""Adapters: what one API says to the pipeline (llmsim.api.pipeline), and nothing else.
+
+An adapter names its API to faults, scenarios and replay (`name`), to stats (`endpoint`) and to
+rate limits (`provider`: whose headers and 429); it says how to read a request's model, turns
+and history, which sim/ planner plans it, its rate-limit cost, what the serving model's prefix
+cache reads, and how the answer is delivered and kept. Flags say where a capability means
+nothing (`scripts`, `serves`, `replays`: embeddings and moderations generate no turns);
+docs/architecture.md lists them. A new API is an OpenAPI document, templates and one adapter.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from llmsim.api import answer
+from llmsim.pacing import transport
+from llmsim.sim import chatplan, compaction, completionplan, embeddings, geminiplan, inputs, messages, moderation
+from llmsim.sim import plan as planning
+from llmsim.sim.plan import Context
+from llmsim.state.chats import ChatStore
+from llmsim.state.responses import Replay, wants_store
+
+if TYPE_CHECKING:   # types only
+    from llmsim.api.pipeline import Call, Pipeline
+    from llmsim.simulator import Simulator
+
+
+class Adapter:
+    """The defaults: an OpenAI API that streams when asked, answered by `reply`."""
+    name: ClassVar[str]             # to faults, scenarios and replay (templates/faults.yaml's APIs)
+    endpoint: ClassVar[str]         # to stats and metrics
+    provider: ClassVar[str] = "openai"
+    template_name: ClassVar[str]
+    scripts = serves = replays = records = generates = True
+    history = False                 # it continues stored history (`prior`)
+
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.template = sim.templates[self.template_name]
+
+    # -- reading the request --
+    def model(self, req: dict) -> str:
+        return req["model"]
+
+    def streams(self, req: dict) -> bool:
+        return bool(req.get("stream"))
+
+    def deferred(self, req: dict) -> bool:
+        """Its serving slot is waited for later (a background response's job)."""
+        return False
+
+    def scriptable(self, call: Call) -> bool:
+        """Whether scenarios may script this request (asked only when one might)."""
+        return True
+
+    def context(self, req: dict, ctrl) -> Context:
+        return self.sim.context(self.model(req), ctrl)
+
+    def turns(self, call: Call) -> list[inputs.Turn]:
+        """The conversation so far, the request's own turns last (what scenarios count)."""
+        raise NotImplementedError
+
+    def cache_turns(self, call: Call) -> list[inputs.Turn]:
+        """What the prefix cache reads, in its order."""
+        return self.turns(call)
+
+    def cache_key(self, req: dict) -> str | None:
+        return None
+
+    def cost(self, req: dict) -> tuple[int | None, int]:
+        """The output cap a rate limit counts (None: the model's largest) and the choices."""
+        return req.get("max_tokens"), 1
+
+    def known(self, call: Call) -> Any:
+        """What the request continues, when known without waiting (else None: `prior`)."""
+        return None
+
+    async def prior(self, call: Call) -> Any:
+        """What the request continues (for an adapter with `history`)."""
+        return None
+
+    # -- planning and delivery --
+    def plan(self, call: Call, ctx: Context, script):
+        raise NotImplementedError
+
+    def variables(self, call: Call) -> dict:
+        return {"req": call.req}
+
+    async def deliver(self, pipe: Pipeline, call: Call):
+        return await answer.reply(self.sim, self.template, call.plan, call.start, self.streams(call.req),
+                                  call.fault, call.ticket, **self.variables(call))
+
+
+class Responses(Adapter):
+    name = endpoint = template_name = "responses"
+    history = True
+
+    def turns(self, call):
+        return [*call.prior.turns, *inputs.responses_turns(call.req)]
+
+    def cache_key(self, req):
+        return req.get("prompt_cache_key")
+
+    def cost(self, req):
+        return req.get("max_output_tokens"), 1
+
+    def deferred(self, req):
+        return bool(req.get("background"))
+
+    def known(self, call):
+        return self.sim.state.known_prior(call.req)
+
+    async def prior(self, call):
+        return await self.sim.state.prior(call.req)
+
+    def plan(self, call, ctx, script):
+        return planning.plan_response(call.req, ctx, call.prior.turns, script=script)
+
+    async def deliver(self, pipe, call):
+        sim, body, plan, fault, prior = self.sim, call.req, call.plan, call.fault, call.prior
+        store = wants_store(body)
+        own = sim.state.input_items(body, call.ctx.rng) if store else []
+        if body.get("background"):
+            events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
+            job, queued = await sim.state.jobs.start(body, prior, own, events, call.start, call.admission)
+            return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
+        if body.get("stream"):
+            chunks = answer.events(sim, fault.frames(self.template, plan=plan, req=body), call.start, call.ticket)
+            if store:                   # a stream no fault cut can be rendered again when read
+                replay = None if fault.cuts_stream else Replay(self.template, plan, body)
+                chunks = sim.state.recorded(chunks, body, prior, own, replay)
+            return transport.SSEResponse(chunks)
+        await answer.wait(sim, plan, call.start, call.ticket)
+        content = self.template.body_json(plan=plan, req=body)
+        if store:                       # the store keeps these bytes
+            if not sim.state.saved_now(body, prior, own, content, plan):
+                await sim.state.save(body, prior, own, content, plan=plan)
+            if prior.conversation:      # its items join the conversation
+                await sim.state.conclude(body, prior, own, content)
+        return transport.json_response(content)
+
+
+class Chat(Adapter):
+    name = endpoint = template_name = "chat"
+
+    def __init__(self, sim):
+        super().__init__(sim)
+        self.stored = ChatStore(sim)
+
+    def turns(self, call):
+        return inputs.chat_turns(call.req["messages"])
+
+    def cache_key(self, req):
+        return req.get("prompt_cache_key")
+
+    def cost(self, req):
+        cap = req.get("max_completion_tokens")
+        return (req.get("max_tokens") if cap is None else cap), req.get("n") or 1
+
+    def plan(self, call, ctx, script):
+        return chatplan.plan_chat(call.req, ctx, script)
+
+    async def deliver(self, pipe, call):
+        sim, body, plan, fault = self.sim, call.req, call.plan, call.fault
+        if body.get("stream"):
+            if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
+                await self.stored.save(body, self.template.body_json(plan=plan, req=body))
+            return transport.SSEResponse(answer.events(sim, fault.frames(self.template, plan=plan, req=body),
+                                                       call.start, call.ticket))
+        await answer.wait(sim, plan, call.start, call.ticket)
+        content = self.template.body_json(plan=plan, req=body)
+        if body.get("store"):
+            await self.stored.save(body, content)
+        return transport.json_response(content)
+
+
+class Completions(Adapter):
+    name = endpoint = template_name = "completions"
+
+    def turns(self, call):
+        prompt = call.req["prompt"]
+        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
+        return [inputs.Turn("user", texts)]
+
+    def cost(self, req):
+        cap = req.get("max_tokens")
+        prompts = req["prompt"]
+        count = len(prompts) if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else 1
+        return (completionplan.DEFAULT_MAX_TOKENS if cap is None else cap), (req.get("n") or 1) * count
+
+    def plan(self, call, ctx, script):
+        return completionplan.plan_completion(call.req, ctx, *([script] if script else []))  # TEMP
+
+
+class Messages(Adapter):
+    """Anthropic's Messages API."""
+    name, endpoint, provider, template_name = "anthropic", "messages", "anthropic", "anthropic"
+
+    def __init__(self, sim):
+        super().__init__(sim)
+        self.cache = messages.PromptCache(sim.clock)     # Anthropic's explicit caching, without the serving model
+
+    def turns(self, call):
+        return messages.turns(call.req)
+
+    def cache_turns(self, call):
+        return messages.cache_order(messages.turns(call.req))
+
+    def plan(self, call, ctx, script):
+        pipe_serving = self.sim.serving
+        params = pipe_serving.params(self.sim.settings, ctx.profile) if pipe_serving.on else None
+        prefix = params is not None and params.prefix_cache     # the serving model's cache, else Anthropic's own
+        return messages.plan_message(call.req, ctx, None if prefix else self.cache, *([script] if script else []))  # TEMP
+
+
+class Gemini(Adapter):
+    """Gemini's generateContent and streamGenerateContent (the request camelCased, with its
+    model and whether it streams, by the handler)."""
+    name = endpoint = template_name = "gemini"
+    provider = "gemini"
+
+    def turns(self, call):
+        return geminiplan.turns(call.req)
+
+    def cost(self, req):
+        config = req.get("generationConfig") or {}
+        return config.get("maxOutputTokens"), config.get("candidateCount") or 1
+
+    def plan(self, call, ctx, script):
+        return geminiplan.plan_generate(call.req, ctx, *([script] if script else []))  # TEMP
+
+    def variables(self, call):
+        return {"req": call.req, "shape": "generate"}
+
+
+class Embeddings(Adapter):
+    """Embeddings: no turns to script, no generation to serve; faults, limits, seeds, stats."""
+    name = endpoint = template_name = "embeddings"
+    scripts = serves = generates = False
+
+    def streams(self, req):
+        return False
+
+    def turns(self, call):
+        return []
+
+    def plan(self, call, ctx, script):
+        model = self.model(call.req)
+        return embeddings.plan_embeddings(call.req, ctx, model in self.sim.catalogue.models)
+
+    def variables(self, call):
+        return {}
+
+
+class Moderations(Embeddings):
+    name = endpoint = template_name = "moderations"
+
+    def __init__(self, sim):
+        super().__init__(sim)
+        self.rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)  # at start-up
+
+    def model(self, req):
+        return req.get("model") or self.rules.default_model
+
+    def context(self, req, ctrl):
+        return self.sim.context(self.model(req), ctrl, model=moderation.Model(self.model(req)),
+                                profile=self.sim.profile_for(self.rules))
+
+    def plan(self, call, ctx, script):
+        return moderation.plan_moderation(call.req, self.rules, ctx)
+
+
+class Compaction(Embeddings):
+    """POST /responses/compact: a conversation's user messages and one compaction item."""
+    name, endpoint, template_name = "compact", "responses", "compaction"
+    history = True
+
+    async def prior(self, call):
+        return await self.sim.state.prior(call.req)     # previous_response_id: what it continues
+
+    def plan(self, call, ctx, script):
+        state = self.sim.state
+        items = [*call.prior.items, *state.shaped(state.input_items(call.req, ctx.rng))]
+        return compaction.plan_compaction(call.req, ctx, items)
+
+
+class ResponsesSocket(Responses):
+    """Responses over a WebSocket: `call.extra` is the connection (llmsim.api.websocket), whose
+    latest response `previous_response_id` may name; its turns are counted as they are sent."""
+    name = "websocket"
+    records = False
+
+    def deferred(self, req):
+        return False
+
+    def scriptable(self, call):
+        return call.extra.generate          # (not a warm-up)
+
+    def known(self, call):
+        return [] if call.req.get("previous_response_id") is None else None
+
+    async def prior(self, call):
+        return await call.extra.history(call.req.get("previous_response_id"))
+
+    def turns(self, call):
+        return [*call.prior, *inputs.responses_turns(call.req)]
+
+    def plan(self, call, ctx, script):
+        return planning.plan_response(call.req, ctx, call.prior, call.extra.generate, script)
+
+    async def deliver(self, pipe, call):
+        await call.extra.send(call)
+
+
+ADAPTERS = (Responses, Chat, Completions, Messages, Gemini, Embeddings, Moderations, Compaction, ResponsesSocket)
+
+
+def adapters(sim: Simulator) -> dict[str, Adapter]:
+    """One adapter of each API, by its `name`."""
+    return {cls.name: cls(sim) for cls in ADAPTERS}

@@ -1,0 +1,20 @@
+"""The handler of every generating operation: its API's adapter through the one pipeline
+(llmsim.api.pipeline)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # types only
+    from llmsim.api.adapters import Adapter
+    from llmsim.api.current import Current
+    from llmsim.api.pipeline import Pipeline
+
+
+class Generating:
+    def __init__(self, pipeline: Pipeline, adapter: Adapter, current: Current):
+        self.answer, self.adapter, self.received_at = pipeline.answer, adapter, current.received_at
+
+    async def create(self, body: dict):
+        return await self.answer(self.adapter, body, self.received_at())
+
+    compact = create        # POST /responses/compact's operation

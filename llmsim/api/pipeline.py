@@ -1,0 +1,153 @@
+"""One pipeline for every generating request: the same ordered stages for every API, each API's
+difference stated by its adapter (llmsim.api.adapters), never by leaving a stage out.
+
+    admit     rate limits (the cost the adapter states; the provider's headers and 429)
+    refresh   live config written by other workers and hosts
+    replay    a recorded answer, when replaying
+    script    a scenario turn, a rule or a fault (the turn counted from the adapter's history)
+    prior     what the request continues (the adapter's history)
+    plan      adapter.plan(...) -> a sim/ plan
+    shape     fault shaping (cut, truncate)
+    slot      the serving model's queue, prefill and prefix cache
+    observe   stats and metrics
+    deliver   JSON, SSE, WebSocket frames or background, and keep, by the adapter
+
+Stages are assembled from the settings (`assemble`, again when PATCH /llmsim/config changes
+them): a feature that is off has no stage, so it costs a request nothing.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from llmsim.faults.catalogue import HEADER as FAULT_HEADER
+from llmsim.observe.stats import current
+from llmsim.sim.scenarios import HEADER as SCENARIO_HEADER
+from llmsim.simulator import SEED_HEADER
+
+if TYPE_CHECKING:   # types only
+    from llmsim.api.adapters import Adapter
+    from llmsim.simulator import Simulator
+
+CONTROL = tuple((name, name.encode()) for name in (FAULT_HEADER, SCENARIO_HEADER, SEED_HEADER))
+KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")     # Anthropic's and Gemini's, besides Authorization
+
+
+def control(headers: Mapping[bytes, bytes] | None) -> dict[str, str] | None:
+    """The llmsim headers a request carries ({name: value}), None for none (most requests)."""
+    found = None
+    if headers:
+        for name, raw in CONTROL:
+            value = headers.get(raw)
+            if value is not None:
+                if found is None:
+                    found = {}
+                found[name] = value.decode("latin-1")
+    return found
+
+
+def api_key(headers: Mapping[bytes, bytes] | None) -> str:
+    """The API key a request sends (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`), "" for none."""
+    if not headers:
+        return ""
+    auth = headers.get(b"authorization")
+    if auth:
+        scheme, _, token = auth.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer":
+            return token.strip()
+    for name in KEY_HEADERS:
+        if (value := headers.get(name)):
+            return value.decode("latin-1").strip()
+    return ""
+
+
+class Call:
+    """One request on its way through the stages."""
+    __slots__ = ("adapter", "req", "headers", "control", "start", "prior", "fault", "ctx", "plan", "ticket",
+                 "admission", "added", "extra")
+
+    def __init__(self, adapter: Adapter, req: dict, headers, ctrl, start: float, extra: Any = None):
+        self.adapter, self.req, self.headers, self.control, self.start = adapter, req, headers, ctrl, start
+        self.prior = self.fault = self.ctx = self.plan = self.ticket = self.admission = self.added = None
+        self.extra = extra          # what the adapter's transport needs (a WebSocket connection)
+
+
+class Pipeline:
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        sim.reconfigured.append(self.assemble)
+        self.assemble()
+
+    def assemble(self, *_: Any) -> None:
+        """Which stages run, from the settings now in force."""
+        sim = self.sim
+        self.refresh = sim.live.refresh if sim.live.watches else None
+        self.replay = sim.replay
+        self.limiter = sim.limiter if sim.limiter.limits is not None else None
+        sim.serving.refresh(sim.settings)
+        self.serving = sim.serving if sim.serving.on else None
+        self.scripts = sim.scripts
+
+    # ---- HTTP ----------------------------------------------------------------------------
+    async def answer(self, adapter: Adapter, req: dict, received_at: float | None):
+        """The response to one HTTP request of `adapter`'s API."""
+        sim = self.sim
+        start = sim.clock.began(received_at)
+        if self.refresh is not None:
+            self.refresh()              # (may reassemble the stages)
+        if self.replay is not None and adapter.replays and \
+                (replayed := await self.replay.answer(adapter.name, req, start)) is not None:
+            return replayed
+        ex = current()
+        headers = ex.request_headers if ex is not None else None
+        call = Call(adapter, req, headers, control(headers), start)
+        await self.run(call)
+        response = await adapter.deliver(self, call)
+        if call.added:
+            response.raw_headers = [*response.raw_headers, *call.added]
+        return response
+
+    # ---- the stages every API shares -------------------------------------------------------
+    async def run(self, call: Call) -> None:
+        """Script, prior, plan, admit, shape, slot and observe `call` (everything but delivery)."""
+        sim, adapter, req, ctrl = self.sim, call.adapter, call.req, call.control
+        script = None
+        if adapter.scripts and self.scripts.wanted(req, ctrl) and adapter.scriptable(call):   # a scenario or rule may script it
+            call.prior = (adapter.known(call) or await adapter.prior(call)) if adapter.history else None
+            fault, script = await self.scripts.begin(adapter.name, req, ctrl, adapter.turns(call))
+        else:
+            fault = sim.faults.begin(adapter.name, req, ctrl)
+        if fault.waits:                 # a timeout's error, or what a shared schedule decides
+            fault = await fault.wait()
+        call.fault = fault
+        if adapter.history and call.prior is None:     # what it continues (none: known at once)
+            call.prior = adapter.known(call) or await adapter.prior(call)
+        ctx = call.ctx = adapter.context(req, ctrl)
+        if fault:                       # a content fault changes what is said
+            script = fault.answer(script, req, ctx)
+        plan = call.plan = adapter.plan(call, ctx, script)
+        if self.limiter is not None:    # its cost, or 429
+            call.added = await self.take(call, ctx.model, plan)
+        if fault:
+            plan = call.plan = fault.shape(plan)
+        if self.serving is not None and adapter.serves and \
+                (params := self.serving.params(sim.settings, ctx.profile)) is not None:
+            call.admission = self.serving.enter(params, plan, adapter.cache_key(req), adapter.cache_turns(call),
+                                                ctx.model.encoding, call.start)
+            if not adapter.deferred(req):       # (a background job waits for its turn itself)
+                call.ticket = await call.admission.ticket()
+        if adapter.records:             # (a WebSocket turn is counted as it is sent)
+            sim.stats.record(plan, adapter.endpoint, adapter.streams(req),
+                             call.ticket.delay if call.ticket is not None else 0.0)
+
+    async def take(self, call: Call, model, plan) -> list | None:
+        """Take the request's cost from its rate limits: the headers the answer carries (None:
+        no limit for its key and model); raises RateLimited when a bucket is short."""
+        adapter = call.adapter
+        max_output, choices = adapter.cost(call.req)
+        cost = plan.usage.input_tokens
+        if adapter.generates:
+            cost += (max_output if max_output is not None else model.max_output_tokens) * choices
+        limiter = self.limiter
+        if limiter.waits:
+            return await limiter.take(api_key(call.headers), model.id, cost, adapter.provider)
+        return limiter.take_now(api_key(call.headers), model.id, cost, adapter.provider)
