@@ -25,8 +25,9 @@ from llmsim.sim.scenarios import HEADER as SCENARIO_HEADER
 from llmsim.simulator import SEED_HEADER
 
 if TYPE_CHECKING:   # types only
-    from llmsim.api.adapters import Adapter
     from llmsim.simulator import Simulator
+
+Adapter = Any       # an llmsim.api.adapters.Adapter (which imports this module's Call)
 
 CONTROL = tuple((name, name.encode()) for name in (FAULT_HEADER, SCENARIO_HEADER, SEED_HEADER))
 KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")     # Anthropic's and Gemini's, besides Authorization
