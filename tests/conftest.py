@@ -58,6 +58,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         module = item.path.stem
         live = (module in LIVE_MODULES or getattr(item, "originalname", item.name) in LIVE_TESTS
+                or item.get_closest_marker("live") is not None       # (a module's pytestmark)
                 or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
         if live:
             item.add_marker(pytest.mark.live)

@@ -5,10 +5,7 @@ fresh ids and the recorded timing. One upstream, one recorder and one replaying 
 the module; a three-step streamed tool loop (Responses) and a two-step JSON loop (Chat)."""
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +17,7 @@ import oai_schemas
 import sse
 from llmsim.testing import Server, free_port
 from our_spec import check_error, check_events
+from recorderproc import Recorder
 
 TTFT_S, TBT_S = 0.5, 0.05       # the upstream's fixed timing: gaps a busy machine cannot blur
 TOOLS = [
@@ -34,36 +32,6 @@ CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k 
 QUESTION = "What is the weather and the time in Paris?"
 DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
 EXCHANGES = 11          # what the recording loops below send: 3 + 2 Responses and Chat steps, 6 more
-
-
-class Recorder:
-    """`llmsim record` in a subprocess on a free port; ready when /health passes through it
-    (the upstream's answer, not that of another server which took the port first)."""
-
-    def __init__(self, upstream: str, out: Path):
-        upstream_pid = httpx.get(f"{upstream}/health", timeout=10).json()["pid"]
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmsim", "record", "--upstream", upstream,
-                                      "--out", str(out), "--port", str(self.port)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                health = httpx.get(f"{self.url}/health", timeout=2)
-                if health.status_code == 200 and health.json()["pid"] == upstream_pid:
-                    return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("llmsim record did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def client_of(url: str) -> OpenAI:

@@ -30,7 +30,7 @@ class Adapter:
     endpoint: ClassVar[str]         # to stats and metrics
     provider: ClassVar[str] = "openai"
     template_name: ClassVar[str]
-    scripts = serves = replays = records = generates = True
+    scripts = serves = replays = seeded = records = generates = True
     history = False                 # it continues stored history (`prior`)
 
     def __init__(self, sim: Simulator):
@@ -235,7 +235,7 @@ class Gemini(Adapter):
 class Embeddings(Adapter):
     """Embeddings: no turns to script, no generation to serve; faults, limits, seeds, stats."""
     name = endpoint = template_name = "embeddings"
-    scripts = serves = generates = False
+    scripts = serves = generates = seeded = False      # (equal texts always embed alike)
 
     def streams(self, req):
         return False
@@ -253,6 +253,7 @@ class Embeddings(Adapter):
 
 class Moderations(Embeddings):
     name = endpoint = template_name = "moderations"
+    seeded = True               # (its id)
 
     def __init__(self, sim):
         super().__init__(sim)
@@ -272,7 +273,7 @@ class Moderations(Embeddings):
 class Compaction(Embeddings):
     """POST /responses/compact: a conversation's user messages and one compaction item."""
     name, endpoint, template_name = "compact", "responses", "compaction"
-    history = True
+    history = seeded = True
 
     async def prior(self, call):
         return await self.sim.state.prior(call.req)     # previous_response_id: what it continues
@@ -286,8 +287,8 @@ class Compaction(Embeddings):
 class ResponsesSocket(Responses):
     """Responses over a WebSocket: `call.extra` is the connection (llmsim.api.websocket), whose
     latest response `previous_response_id` may name; its turns are counted as they are sent."""
-    name = "websocket"
-    records = False
+    name = endpoint = "websocket"
+    records = replays = False           # (counted as sent; `llmsim record` proxies HTTP only)
 
     def deferred(self, req):
         return False

@@ -3,10 +3,12 @@
 A fixture holds the request, the response (status, a few headers, and the body, or the SSE
 events each with its time after the request was sent), the model and the match key.
 
-The key is the endpoint, the model, whether it streams, and hashes of the system prompt
-(Chat: system and developer messages; Responses: `instructions`), the tools and the whole
-message history (Chat: `messages`; Responses: `input`, after the key of the response a
-`previous_response_id` names). Ids (item, call, response ids) are left out of every hash, so
+The key is the endpoint (the API's name, as its adapter gives it), the model, whether it
+streams, and hashes of the system prompt (Chat: system and developer messages; Responses:
+`instructions`; Anthropic: `system`; Gemini: `systemInstruction`), the tools and the whole
+history (`HISTORY`: Chat's and Anthropic's `messages`, Gemini's `contents`, Responses' `input`
+after the key of the response a `previous_response_id` names, and the others' `input` or
+`prompt`). Ids (item, call, response ids) are left out of every hash, so
 a conversation that carries the fresh ids a replay handed out still matches its next step,
 and two steps with the same last message but different histories never collide.
 """
@@ -19,20 +21,37 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.errors import ConfigError
+from llmsim.sim.geminiplan import camel_case
 
 FORMAT = 1                       # `llmsim_fixture` in every file
-ENDPOINTS = {"/responses": "responses", "/chat/completions": "chat"}
+ENDPOINTS = {"/responses": "responses", "/chat/completions": "chat", "/completions": "completions",
+             "/messages": "anthropic", "/embeddings": "embeddings", "/moderations": "moderations",
+             "/responses/compact": "compact"}          # by the path's end (any base path); the first wins
+GEMINI = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)$")
+NAMES = frozenset({*ENDPOINTS.values(), "gemini"})
+HISTORY = {"chat": "messages", "anthropic": "messages", "gemini": "contents", "completions": "prompt"}
+SYSTEM = {"responses": "instructions", "compact": "instructions", "anthropic": "system",
+          "gemini": "systemInstruction"}
 ID_FIELDS = frozenset({"id", "call_id", "tool_call_id", "item_id", "response_id", "previous_response_id"})
 NO_PARENT = "-"
 KEY_LENGTH = 32                  # hex digits of a match key
 
 
 def endpoint_of(path: str) -> str | None:
-    """`responses` or `chat` for a path ending in one of their routes (any base path)."""
+    """The API a path is one of the routes of (any base path), None for none recorded."""
     for suffix, name in ENDPOINTS.items():
         if path.endswith(suffix):
             return name
-    return None
+    return "gemini" if GEMINI.search(path) else None
+
+
+def request_of(endpoint: str, path: str, body: dict) -> dict:
+    """The request as the pipeline sees it: a Gemini body camelCased, with its path's model and
+    whether it streams."""
+    if endpoint != "gemini":
+        return body
+    model, method = GEMINI.search(path).groups()
+    return {**camel_case(body), "model": model, "stream": method == "streamGenerateContent"}
 
 
 def without_ids(value: Any) -> Any:
@@ -57,7 +76,7 @@ def key(endpoint: str, body: dict, parent: str | None = None) -> str:
         system = [m.get("content") for m in history if isinstance(m, dict)
                   and m.get("role") in ("system", "developer")]
     else:
-        history, system = body.get("input"), body.get("instructions")
+        history, system = body.get(HISTORY.get(endpoint, "input")), body.get(SYSTEM.get(endpoint, ""))
     return _digest({
         "endpoint": endpoint, "model": body.get("model"), "stream": bool(body.get("stream")),
         "system": _digest(system), "tools": _digest(without_ids(body.get("tools"))),
@@ -106,8 +125,8 @@ def load(directory: Path) -> list[dict]:
             raise ConfigError(f"replay: {path}: not a JSON fixture ({exc})") from None
         if not (isinstance(fixture, dict) and fixture.get("llmsim_fixture") == FORMAT
                 and isinstance(fixture.get("key"), str) and isinstance(fixture.get("response"), dict)
-                and fixture.get("endpoint") in ENDPOINTS.values()):
+                and fixture.get("endpoint") in NAMES):
             raise ConfigError(f"replay: {path}: not an llmsim fixture (expected llmsim_fixture: {FORMAT}, "
-                              f"endpoint: responses or chat, key and response)")
+                              f"endpoint: one of {', '.join(sorted(NAMES))}, key and response)")
         found.append(fixture)
     return found

@@ -167,6 +167,7 @@ def _exchange(request: Request, body: bytes, answer: httpx.Response, parents: di
         return None
     if not isinstance(parsed, dict):
         return None
+    parsed = fixtures.request_of(endpoint, request.url.path, parsed)
     previous = parsed.get("previous_response_id") if endpoint == "responses" else None
     parent = parents.get(previous, previous) if previous else None
     return Exchange(endpoint, parsed, request.url.path, parent, answer.status_code, answer.headers)
