@@ -13,7 +13,8 @@ from pathlib import Path
 
 from llmsim import datafiles
 from llmsim.errors import ConfigError, InvalidRequestError, ModelNotFoundError
-from llmsim.sim import tokens
+from llmsim.sim import latency, tokens
+from llmsim.sim.plan import Usage
 
 ENCODING = "o200k_base"       # what moderation inputs are counted in (for stats)
 
@@ -92,9 +93,19 @@ class ModerationPlan:
     id: str
     model: str
     results: list[Result]
-    usage: object
+    usage: Usage
     first_token_at: float
     end_at: float
+
+    # -- the Plan protocol (llmsim.sim.plans): no output tokens, nothing for a fault to cut --
+    def token_times(self) -> list:
+        return []
+
+    def cut(self, k: int) -> None:
+        pass
+
+    def truncate(self) -> None:
+        pass
 
 
 def judge(rules: Rules, text: str, images: int) -> Result:
@@ -118,3 +129,15 @@ def inputs(given, model: str, reads_images: bool) -> list[tuple[str, int]]:
 
 def count(pairs: list[tuple[str, int]]) -> int:
     return sum(tokens.count(text, ENCODING) + images * tokens.IMAGE_TOKENS for text, images in pairs)
+
+
+def plan_moderation(body: dict, rules: Rules, profile, rng, ids) -> ModerationPlan:
+    """The verdicts on a request's inputs, with usage and the latency `profile`'s schedule
+    (`rng` and `ids`: the request's random generator and identifier formats)."""
+    model = body.get("model") or rules.default_model
+    pairs = inputs(body["input"], model, rules.reads_images(model))
+    results = [judge(rules, text, images) for text, images in pairs]
+    sched = latency.schedule(profile, rng, 0, 0)
+    n = count(pairs)
+    return ModerationPlan(ids.make("moderation", rng), model, results, Usage(n, 0, 0, n),
+                          sched.first_token, sched.end)

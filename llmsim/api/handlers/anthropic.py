@@ -36,7 +36,9 @@ class AnthropicHandlers:
         ctx = sim.context(body["model"])
         serving = answer.serving(sim, ctx.profile)
         prefix = serving is not None and serving.prefix_cache     # the serving model's cache, else its own
-        plan = messages.plan_message(body, ctx, None if prefix else self.cache)
+        plan = messages.plan_message(body, ctx)
+        if not prefix:
+            plan.usage.cached_tokens = self.cache.read(plan.marked, ctx.model)
         if fault:
             plan = fault.shape(plan)
         ticket = None
