@@ -35,10 +35,9 @@ def test_a_single_text_choice_streams_in_due_time_order(sim, body):
 
 
 def test_a_content_filter_cut_streams_the_cut_choice(sim):
-    from llmsim.faults.injection import _cut_chat
     body = BODIES[0]
     plan = chatplan.plan_chat(body, sim.context(body["model"]))
-    _cut_chat(plan, 4, "llmsim")
+    plan.cut(4)
     lazy = kinds_and_times(plan.chunks)
     assert [k for k, _, _ in lazy].count("content") == 4
     assert lazy == kinds_and_times(chatplan.merged_chunks(plan.choices))

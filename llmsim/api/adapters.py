@@ -188,7 +188,7 @@ class Completions(Adapter):
         return (completionplan.DEFAULT_MAX_TOKENS if cap is None else cap), (req.get("n") or 1) * count
 
     def plan(self, call, ctx, script):
-        return completionplan.plan_completion(call.req, ctx, *([script] if script else []))  # TEMP
+        return completionplan.plan_completion(call.req, ctx, None, script)
 
 
 class Messages(Adapter):
@@ -209,7 +209,10 @@ class Messages(Adapter):
         pipe_serving = self.sim.serving
         params = pipe_serving.params(self.sim.settings, ctx.profile) if pipe_serving.on else None
         prefix = params is not None and params.prefix_cache     # the serving model's cache, else Anthropic's own
-        return messages.plan_message(call.req, ctx, None if prefix else self.cache, *([script] if script else []))  # TEMP
+        plan = messages.plan_message(call.req, ctx, None, script)
+        if not prefix:
+            plan.usage.cached_tokens = self.cache.read(plan.marked, ctx.model)
+        return plan
 
 
 class Gemini(Adapter):
@@ -226,7 +229,7 @@ class Gemini(Adapter):
         return config.get("maxOutputTokens"), config.get("candidateCount") or 1
 
     def plan(self, call, ctx, script):
-        return geminiplan.plan_generate(call.req, ctx, *([script] if script else []))  # TEMP
+        return geminiplan.plan_generate(call.req, ctx, None, script)
 
     def variables(self, call):
         return {"req": call.req, "shape": "generate"}

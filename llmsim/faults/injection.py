@@ -1,7 +1,7 @@
 """What an injected fault does to one request's plan and stream (chosen by `llmsim.faults.catalogue`).
 
-`Injection.shape(plan)` cuts the answer for a content filter (Responses: `incomplete` with
-reason content_filter; Chat: finish_reason content_filter). `Injection.events(template, **ctx)`
+`Injection.shape(plan)` cuts the answer for a content filter or a truncated output, through
+the plan's own `cut` / `truncate` (llmsim.sim.plans.Plan: each API's own words). `Injection.events(template, **ctx)`
 (and `Injection.frames`, the same as SSE frames) renders the template's stream and passes it
 through until k tokens have gone out, then sends the fault's tail from templates/faults.yaml
 instead of the rest (`response.failed`, an `error` event, a WebSocket error frame, or Chat's
@@ -69,23 +69,13 @@ class Injection:
                                      self.fault.kind.message)
 
     def shape(self, plan):
-        """The plan, cut by a content filter after k tokens, or cut in half (truncated_output),
-        when that is the fault."""
+        """The plan (llmsim.sim.plans.Plan), cut by a content filter after k tokens, or cut in
+        half (truncated_output), when that is the fault: each plan cuts itself in its API's words."""
         effect = None if self.fault is None else self.fault.kind.effect
         if effect == "truncated_output":
-            if hasattr(plan, "truncated"):  # a plan that knows how it is cut short (Anthropic's)
-                plan.truncated()
-                return plan
-            truncate = _truncate_chat if hasattr(plan, "choices") else _truncate_response   # Chat, Gemini / Responses
-            truncate(plan, self.injector.settings.usage)
-            return plan
-        if effect != "content_filter":
-            return plan
-        if hasattr(plan, "filtered"):       # a plan that knows how a filter stops it (Anthropic's)
-            plan.filtered(self.after_tokens)
-            return plan
-        cut = _cut_chat if hasattr(plan, "choices") else _cut_response    # Chat, Gemini / Responses
-        cut(plan, self.after_tokens, self.injector.settings.usage)
+            plan.truncate()
+        elif effect == "content_filter":
+            plan.cut(self.after_tokens)
         return plan
 
     @property
@@ -180,86 +170,3 @@ SHUTDOWN = "The server is shutting down; the response was ended before it finish
 # Effects that change the answer, not its delivery (the stream ends as usual).
 CONTENT = ("content_filter", "truncated_output", *contentfaults.ANSWERS)
 
-
-def _cut_calls(calls, semantics: str) -> int:
-    """The last call's arguments cut in half (status incomplete); the output tokens left."""
-    call = calls[-1]
-    keep = len(call.pieces) // 2
-    call.tokens -= len(call.pieces) - keep
-    call.pieces = call.pieces[:keep]
-    call.fragments = call.fragments[:keep]
-    call.arguments = "".join(call.pieces)
-    call.status = "incomplete"
-    if call.fragments:
-        call.end_at = call.fragments[-1].at
-    return sum(c.tokens for c in calls)
-
-
-def _truncate_response(plan, semantics: str) -> None:
-    """A Responses plan cut mid-value: incomplete, reason max_output_tokens."""
-    messages = [item for item in plan.output if item.kind in ("message", "refusal")]
-    calls = [item for item in plan.output if item.kind == "function_call"]
-    visible = 0
-    for item in messages:
-        item.keep(len(item.pieces) // 2)
-        item.status = "incomplete"
-        visible += len(item.pieces)
-        if item.times:
-            plan.end_at = item.times[-1]
-    if calls:
-        visible += _cut_calls(calls, semantics)
-        plan.end_at = calls[-1].end_at
-    plan.status, plan.incomplete_reason = "incomplete", "max_output_tokens"
-    plan.usage = _usage(plan.usage, visible, semantics)
-
-
-def _truncate_chat(plan, semantics: str) -> None:
-    """A Chat plan whose choices are cut mid-value, finish_reason length."""
-    for choice in plan.choices:
-        if choice.tool_calls:
-            choice.visible_tokens = _cut_calls(choice.tool_calls, semantics)
-            choice.end_at = choice.tool_calls[-1].end_at
-        else:
-            choice.keep(len(choice.pieces) // 2)
-            if choice.refusal is not None:
-                choice.text, choice.refusal = None, choice.text
-            choice.visible_tokens = len(choice.pieces)
-            choice.end_at = choice.times[-1] if choice.times else choice.first_at
-        choice.finish_reason = "length"
-    plan.replan_chunks()
-    plan.end_at = max(choice.end_at for choice in plan.choices)
-    plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)
-
-
-def _cut_response(plan, k: int, semantics: str) -> None:
-    """A Responses plan whose message stops after k tokens: incomplete, reason content_filter."""
-    visible = 0
-    for item in plan.output:
-        if item.kind == "message":
-            item.keep(k)
-            item.status = "incomplete"
-            visible += len(item.pieces)
-            if item.times:
-                plan.end_at = item.times[-1]
-    plan.status, plan.incomplete_reason = "incomplete", "content_filter"
-    plan.usage = _usage(plan.usage, visible, semantics)
-
-
-def _usage(usage, visible: int, semantics: str):
-    from llmsim.sim.plan import Usage
-    new = Usage.make(usage.input_tokens, visible, usage.reasoning_tokens, semantics)
-    new.cached_tokens = usage.cached_tokens
-    return new
-
-
-def _cut_chat(plan, k: int, semantics: str) -> None:
-    """A Chat plan whose choices stop after k tokens with finish_reason content_filter."""
-    for choice in plan.choices:
-        if choice.text is not None:
-            choice.keep(k)
-            choice.visible_tokens = len(choice.pieces)
-            choice.end_at = choice.times[-1] if choice.times else choice.first_at
-        choice.finish_reason = "content_filter"
-    plan.replan_chunks()
-    plan.end_at = max(choice.end_at for choice in plan.choices)
-    plan.usage = _usage(plan.usage, sum(c.visible_tokens for c in plan.choices), semantics)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from llmsim.observe.stats import Exchange, output_tokens, token_times
+from llmsim.observe.stats import Exchange, output_tokens
 
 FLUSH_INTERVAL = 0.2
 
@@ -29,7 +29,7 @@ def _ms(seconds: float | None) -> float | None:
 
 def gaps_summary(plan) -> dict | None:
     """mean / p50 / max of the intended gaps between consecutive visible tokens, in ms."""
-    gaps = sorted(b - a for times in token_times(plan) for a, b in zip(times, times[1:]))
+    gaps = sorted(b - a for times in plan.token_times() for a, b in zip(times, times[1:]))
     if not gaps:
         return None
     return {"mean": _ms(sum(gaps) / len(gaps)), "p50": _ms(gaps[len(gaps) // 2]), "max": _ms(gaps[-1])}

@@ -224,15 +224,6 @@ def output_tokens(usage) -> tuple[int, int]:
     return usage.total_tokens - usage.input_tokens - reasoning, reasoning
 
 
-def token_times(plan) -> list:
-    """The due times of a plan's visible tokens, one sequence per message item or Chat choice
-    (function-call arguments are not counted as tokens here)."""
-    items = getattr(plan, "choices", None)
-    if items is None:
-        items = plan.output
-    return [times for item in items if (times := getattr(item, "times", None)) is not None and len(times)]
-
-
 class Stats:
     """The counters of one process. With `enabled=False` only exchanges are annotated."""
 
@@ -349,7 +340,7 @@ class Stats:
         else:
             m.ttft.observe(plan.first_token_at + delay)
             m.e2e.observe(end + delay)
-            for times in token_times(plan):
+            for times in plan.token_times():         # (llmsim.sim.plans.Plan)
                 m.itl.observe_gaps(times)
         if http:
             ex.model = m

@@ -31,7 +31,7 @@ from typing import Any
 from llmsim.errors import InvalidRequestError
 from llmsim.ids import Ids
 from llmsim.sim import jsonvalues, latency, textgen
-from llmsim.sim.toolcalls import ToolRequest, _dumps
+from llmsim.sim.toolcalls import ToolRequest, dumps
 
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26",
                     "web_search_preview_2025_03_11")
@@ -226,7 +226,7 @@ def make(tool: dict, body: dict, ctx: Any, query_source: str, start: float) -> l
         named = [t for t in listed if t.name == chosen.get("name")]
         target = named[0] if named else rng.choice(listed)
         value = jsonvalues.value(target.input_schema, rng)
-        arguments = _dumps(value if isinstance(value, dict) else {})
+        arguments = dumps(value if isinstance(value, dict) else {})
         label = tool.get("server_label") or ""
         call = McpCall(_id(ids, "mcp_call", rng), label, target.name, arguments, textgen.words_text(12, rng))
         call.deltas = [Timed(p, 0.0) for p in textgen.split(arguments, ctx.model.encoding)]

@@ -14,8 +14,8 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, logprobs, structured, textgen, tokens, toolcalls
-from llmsim.sim.plan import Context, TimedPieces, Usage, check_context, scripted_text, visible_text
+from llmsim.sim import inputs, latency, logprobs, steps, structured, toolcalls
+from llmsim.sim.plan import Context, TimedPieces, Usage
 from llmsim.sim.scenarios import Answer
 
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -90,6 +90,19 @@ class ChatPlan:
         """The choices changed (a content filter cut them): build the stream again."""
         self._chunks = None
 
+    # -- the Plan protocol (llmsim.sim.plans) --
+    def token_times(self) -> list:
+        """The due times of each text choice's tokens."""
+        return steps.choice_times(self.choices)
+
+    def cut(self, k: int) -> None:
+        """A content filter stopped every choice after k tokens: finish_reason content_filter."""
+        steps.cut_choices(self, k)
+
+    def truncate(self) -> None:
+        """Every choice cut mid-value: finish_reason length."""
+        steps.truncate_choices(self)
+
     @property
     def time_to_first_token(self) -> float:
         """Simulated time to the first visible token, in ms."""
@@ -133,36 +146,46 @@ def check_messages(messages: list[dict]) -> None:
                                           param=f"{at}.{kind}", code="missing_required_parameter")
 
 
-def plan_chat(body: dict, ctx: Context, script: Answer | None = None) -> ChatPlan:
-    """`script` (llmsim.sim.scenarios.Answer): said by every choice instead of generated text or calls."""
+def turns(body: dict) -> list[inputs.Turn]:
+    """The conversation of a Chat request as turns (what scenarios count and rules read)."""
+    return inputs.chat_turns(body["messages"])
+
+
+def plan_chat(body: dict, ctx: Context, script: Answer | None = None,
+              history: list[inputs.Turn] | None = None) -> ChatPlan:
+    """Plan a Chat Completions answer of `n` choices.
+
+    `script` (llmsim.sim.scenarios.Answer): said by every choice instead of generated text or
+    calls; `history`: turns said before the request's messages (counted as input)."""
     messages = body["messages"]
     check_messages(messages)
     # Checks whose answer is known at once are not called, as in llmsim.sim.plan.plan_response.
     model = ctx.model
     turns = inputs.chat_turns(messages)
+    if history:
+        turns = [*history, *turns]
     if not model.vision:
         inputs.check_vision(turns, model)
     prompt_tokens = inputs.count(turns, model.encoding)
     param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     cap = body.get(param)
     if prompt_tokens > model.context_window or cap is not None:
-        check_context(ctx, prompt_tokens, cap, param)
-    effort = (ctx.rules.effort(model, body.get("reasoning_effort"), "reasoning_effort", ctx.settings.compat)
-              if model.reasons else None)
+        steps.check_context(ctx, prompt_tokens, cap, param)
+    effort = steps.effort(ctx, body.get("reasoning_effort"), "reasoning_effort") if model.reasons else None
     tools = body.get("tools") or body.get("tool_choice") is not None
     tool_req = toolcalls.chat_request(body) if tools else None
     last_role = turns[-1].role if turns else None
-    stops = _stops(stop) if (stop := body.get("stop")) else []
+    stops = steps.stop_list(stop) if (stop := body.get("stop")) else []
     schema = structured.chat_schema(body)
     choices = []
     first_token = None
     visible = reasoning = 0
     for index in range(body.get("n") or 1):
-        choice, sched = _choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema, script)
+        choice, sched = plan_choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema, script)
         if first_token is None:
             first_token = sched.first_token
         elif first_token != sched.first_token:
-            _shift(choice, first_token - sched.first_token)
+            steps.shift_choice(choice, first_token - sched.first_token)
         visible += choice.visible_tokens
         reasoning += choice.reasoning_tokens
         choices.append(choice)
@@ -185,37 +208,36 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None) -> ChatPla
                     "default" if tier in (None, "auto") else tier)
 
 
-def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
-            tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str],
-            schema: dict | None = None, script: Answer | None = None):
+def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
+                tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str],
+                schema: dict | None = None, script: Answer | None = None):
     """One choice and its schedule: text or calls first, then the reasoning that led to it.
-    `tool_req` None: the request names no tools; `schema`: the JSON the text must fit."""
+    `tool_req` None: the request names no tools; `schema`: the JSON the text must fit;
+    `script`: what the choice says instead (llmsim.sim.scenarios.Answer)."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
     names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req and script is None else None
     if script is not None and script.calls:
         names = [name for name, _ in script.calls]
-        calls = toolcalls.scripted(script.calls, rng, enc, ctx.ids)
+        calls = steps.script_calls(script, ctx)
         wanted = sum(c.tokens for c in calls)
     elif names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = visible_text(ctx, turns, None, schema) if script is None else scripted_text(script, None, enc)
+        text = (steps.visible_text(ctx, turns, None, schema) if script is None
+                else steps.scripted_text(script, None, enc))
         if stops:
-            text = _stop(text, stops, enc)
+            text = steps.stop(text, stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
-    room = cap
-    if cap is not None and s.usage == "openai":   # reasoning spends the budget first
-        reasoning = min(reasoning, cap)
-        room = cap - reasoning
+    reasoning, room = steps.within_cap(reasoning, cap, s.usage == "openai")  # (it spends the cap first)
     if names:
         if room is not None and wanted > room:
             calls = toolcalls.fit(calls, room, enc)
         units = toolcalls.units(calls)
     else:
         if room is not None and text.tokens > room:
-            text = _cut(text, room, enc)
+            text = steps.cut_text(text, room, enc)
         units = len(text.pieces)
     sched = latency.schedule(ctx.profile, rng, reasoning, units)
     first_at = sched.token_times[0] if sched.token_times else sched.reasoning_end
@@ -231,37 +253,6 @@ def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str 
         if script is not None and script.refusal:
             choice.text, choice.refusal = None, text.text
     return choice, sched
-
-
-def _stops(stop: Any) -> list[str]:
-    if not stop:
-        return []
-    return [s for s in ([stop] if isinstance(stop, str) else stop) if s]
-
-
-def _stop(text: textgen.Text, stops: list[str], encoding: str) -> textgen.Text:
-    """The text before the first stop sequence in it (llmsim.sim.textgen.stopped)."""
-    return textgen.stopped(text, stops, encoding)[0]
-
-
-def _cut(text: textgen.Text, room: int, encoding: str) -> textgen.Text:
-    pieces = text.pieces[:max(0, room)]
-    kept = "".join(pieces)
-    return textgen.Text(tuple(pieces), kept, min(room, tokens.count(kept, encoding)), True)
-
-
-def _shift(choice: Choice, delta: float) -> None:
-    """Move a choice in time so that every choice shares the first choice's TTFT."""
-    if not delta:
-        return
-    choice.first_at += delta
-    choice.end_at += delta
-    choice.shift(delta)
-    for call in choice.tool_calls:
-        call.start_at += delta
-        call.end_at += delta
-        for fragment in call.fragments:
-            fragment.at += delta
 
 
 def text_chunks(choice: Choice) -> Iterator[tuple]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmsim.errors import ContextLengthError
-from llmsim.sim import chatplan, inputs, tokens
+from llmsim.sim import chatplan, inputs, steps, tokens
 from llmsim.sim.embeddings import decode
-from llmsim.sim.plan import Context, Usage, check_context
+from llmsim.sim.plan import Context, Usage
+from llmsim.sim.scenarios import Answer
 
 DEFAULT_MAX_TOKENS = 16
+TURN_ENCODING = "o200k_base"    # what `turns` decodes token-array prompts with (no model at hand)
 
 
 @dataclass(slots=True)
@@ -26,29 +28,50 @@ class CompletionPlan(chatplan.ChatPlan):
         return self.prompts[choice.index // self.per_prompt]
 
 
-def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
+def turns(body: dict, encoding: str = TURN_ENCODING) -> list[inputs.Turn]:
+    """The prompts as user turns (what scenarios count, none of them an assistant's, and rules read)."""
+    return [inputs.Turn("user", [text]) for text in _prompts(body.get("prompt"), encoding)[0]]
+
+
+def as_text(script: Answer | None) -> Answer | None:
+    """A script as completions can say it: its text; calls written out as text, one
+    `name(arguments)` line each; a refusal's text as plain text (completions have no refusal)."""
+    if script is None:
+        return None
+    if script.calls:
+        return Answer(text="\n".join(f"{name}({arguments})" for name, arguments in script.calls))
+    return Answer(text=script.text or "") if script.refusal else script
+
+
+def plan_completion(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
+                    script: Answer | None = None) -> CompletionPlan:
+    """Plan a legacy completion: `n` choices per prompt. `script` (scenarios.Answer): what every
+    choice says instead of generated text (`as_text`); `history` is accepted for the common
+    planner signature and ignored: a prompt is its own whole context."""
     model = ctx.model
     texts, counts = _prompts(body["prompt"], model.encoding)
     cap = body.get("max_tokens")
     cap = DEFAULT_MAX_TOKENS if cap is None else cap
-    check_context(ctx, 0, cap, "max_tokens")
+    steps.check_context(ctx, 0, cap, "max_tokens")
     longest = max(counts)
     if longest + cap > model.context_window:
         raise ContextLengthError(
             f"This model's maximum context length is {model.context_window} tokens, however you requested "
             f"{longest + cap} tokens ({longest} in your prompt; {cap} for the completion). Please reduce "
             "your prompt; or completion length.", param="prompt")
-    stops = chatplan._stops(body.get("stop"))
+    stops = steps.stop_list(body.get("stop"))
+    script = as_text(script)
     n = body.get("n") or 1
     choices, first = [], None
     for p, text in enumerate(texts):
         turns = [inputs.Turn("user", [text])]
         for j in range(n):
-            choice, sched = chatplan._choice(p * n + j, ctx, turns, cap, None, None, "user", stops)
+            choice, sched = chatplan.plan_choice(p * n + j, ctx, turns, cap, None, None, "user", stops,
+                                                 None, script)
             if first is None:
                 first = sched.first_token
             else:
-                chatplan._shift(choice, first - sched.first_token)
+                steps.shift_choice(choice, first - sched.first_token)
             choices.append(choice)
     visible = sum(c.visible_tokens for c in choices)
     usage = Usage.make(sum(counts), visible, 0, ctx.settings.usage)

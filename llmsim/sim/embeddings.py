@@ -46,6 +46,16 @@ class EmbeddingPlan:
     first_token_at: float
     end_at: float
 
+    # -- the Plan protocol (llmsim.sim.plans): no output tokens, nothing for a fault to cut --
+    def token_times(self) -> list:
+        return []
+
+    def cut(self, k: int) -> None:
+        pass
+
+    def truncate(self) -> None:
+        pass
+
 
 def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:
     """`known`: the model is in the catalogue (else any model is allowed and gets the default size)."""

@@ -25,9 +25,10 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, toolcalls
-from llmsim.sim.chatplan import Choice, _cut, _stop
-from llmsim.sim.plan import Context, Usage, check_context, visible_text
+from llmsim.sim import inputs, latency, steps, textgen, toolcalls
+from llmsim.sim.chatplan import Choice
+from llmsim.sim.plan import Context, Usage
+from llmsim.sim.scenarios import Answer
 
 # Values whose keys are the client's own (function arguments and results, JSON Schemas): kept
 # as sent when a request is turned into camelCase.
@@ -110,6 +111,16 @@ class GeminiPlan:
     def replan_chunks(self) -> None:
         """The candidates changed (a content filter cut them): `chunks` reads them anew anyway."""
 
+    # -- the Plan protocol (llmsim.sim.plans), as Chat's choices: finishReason SAFETY / MAX_TOKENS --
+    def token_times(self) -> list:
+        return steps.choice_times(self.choices)
+
+    def cut(self, k: int) -> None:
+        steps.cut_choices(self, k)
+
+    def truncate(self) -> None:
+        steps.truncate_choices(self)
+
 
 def turns(req: dict) -> list[inputs.Turn]:
     """The conversation as llmsim counts it: the system instruction, then each content."""
@@ -128,14 +139,26 @@ def _turn(content: dict, role: str, path: str) -> inputs.Turn:
             turn.texts.append(part["text"])
         elif call := part.get("functionCall"):
             turn.texts += [call.get("name", ""), _json(call.get("args") or {})]
+            turn.calls += ((call.get("id") or call.get("name"), call.get("name")),)
         elif result := part.get("functionResponse"):
             turn.role = "tool"          # a function's result: the model answers it in text
             turn.texts += [result.get("name", ""), _json(result.get("response") or {})]
+            turn.call_id = result.get("id") or result.get("name")   # (ids are optional: else its name)
         elif (blob := part.get("inlineData") or part.get("fileData")) and \
                 str(blob.get("mimeType", "")).startswith("image/"):
             turn.images += 1
             turn.path = f"{path}.parts[{j}]"
     return turn
+
+
+def _args(arguments: str) -> Any:
+    """A call's arguments as the part sends them: the object, or (a script's text that is no
+    JSON object: a malformed_tool_arguments fault's) the text under `_raw`."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_raw": arguments}
 
 
 def _json(value: Any) -> str:
@@ -190,16 +213,24 @@ def thinking_effort(ctx: Context, thinking: dict) -> str | None:
     return ctx.rules.effort(model, level, "generationConfig.thinkingConfig.thinkingLevel", ctx.settings.compat)
 
 
-def plan_generate(req: dict, ctx: Context) -> GeminiPlan:
+def plan_generate(req: dict, ctx: Context, history: list[inputs.Turn] | None = None,
+                  script: Answer | None = None) -> GeminiPlan:
+    """Plan a generateContent answer of `candidateCount` candidates (`req` in camelCase).
+
+    `history`: turns said before the request's contents (counted as input); `script`
+    (scenarios.Answer): what every candidate says instead: a text part, functionCall parts,
+    or a refusal (its text, finishReason SAFETY)."""
     model = ctx.model
     conversation = turns(req)
+    if history:
+        conversation = [*history, *conversation]
     if not model.vision:
         inputs.check_vision(conversation, model)
     prompt = inputs.count(conversation, model.encoding)
     config = req.get("generationConfig") or {}
     cap = config.get("maxOutputTokens")
     if prompt > model.context_window or cap is not None:
-        check_context(ctx, prompt, cap, "generationConfig.maxOutputTokens")
+        steps.check_context(ctx, prompt, cap, "generationConfig.maxOutputTokens")
     thinking = config.get("thinkingConfig") or {}
     effort = thinking_effort(ctx, thinking)
     tool_req = tool_request(req)
@@ -207,7 +238,8 @@ def plan_generate(req: dict, ctx: Context) -> GeminiPlan:
     stops = [s for s in config.get("stopSequences") or () if s]
     candidates, first_token = [], None
     for index in range(config.get("candidateCount") or 1):
-        candidate, first = _candidate(index, ctx, conversation, cap, effort, thinking, tool_req, last_role, stops)
+        candidate, first = _candidate(index, ctx, conversation, cap, effort, thinking, tool_req, last_role, stops,
+                                      script)
         first_token = first if first_token is None else min(first_token, first)
         candidates.append(candidate)
     visible = sum(c.visible_tokens for c in candidates)
@@ -219,25 +251,29 @@ def plan_generate(req: dict, ctx: Context) -> GeminiPlan:
 
 def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, effort: str | None,
                thinking: dict, tool_req: toolcalls.ToolRequest | None, last_role: str | None,
-               stops: list[str]) -> tuple[Candidate, float]:
+               stops: list[str], script: Answer | None = None) -> tuple[Candidate, float]:
     """One candidate and its time to first token: the answer first, then the thinking that led to it."""
     rng, enc = ctx.rng, ctx.model.encoding
-    names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability, last_role) if tool_req else None
-    if names:
+    names = (toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability, last_role)
+             if tool_req and script is None else None)
+    if script is not None and script.calls:
+        names = [name for name, _ in script.calls]
+        calls = steps.script_calls(script, ctx)
+        wanted = sum(c.tokens for c in calls)
+    elif names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = _stop(visible_text(ctx, conversation, None), stops, enc) if stops else \
-            visible_text(ctx, conversation, None)
+        text = (steps.visible_text(ctx, conversation, None) if script is None
+                else steps.scripted_text(script, None, enc))
+        if stops:
+            text = steps.stop(text, stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
     budget = thinking.get("thinkingBudget")
     if budget is not None and budget > 0:
         reasoning = min(reasoning, budget)
-    room = cap
-    if cap is not None:                 # thoughts spend maxOutputTokens first
-        reasoning = min(reasoning, cap)
-        room = cap - reasoning
+    reasoning, room = steps.within_cap(reasoning, cap, True)     # thoughts spend maxOutputTokens first
     truncated = False
     if names:
         if room is not None and wanted > room:      # whole calls only
@@ -246,17 +282,17 @@ def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, ef
         units = toolcalls.units(calls)
     else:
         if room is not None and text.tokens > room:
-            text = _cut(text, room, enc)
+            text = steps.cut_text(text, room, enc)
         truncated = text.truncated
         units = len(text.pieces)
     sched = latency.schedule(ctx.profile, rng, reasoning, units)
     first_at = sched.token_times[0] if sched.token_times else sched.reasoning_end
-    finish = "length" if truncated else "stop"
+    finish = "length" if truncated else ("content_filter" if script is not None and script.refusal else "stop")
     if names:
         toolcalls.place(calls, sched.token_times, first_at)
         candidate = Candidate(index, None, (), (), calls, finish, first_at, sched.end,
                               sum(c.tokens for c in calls), reasoning,
-                              calls=[Call(c.call_id, c.name, orjson.loads(c.arguments), c.end_at) for c in calls])
+                              calls=[Call(c.call_id, c.name, _args(c.arguments), c.end_at) for c in calls])
     else:
         candidate = Candidate(index, text.text, text.pieces, sched.token_times, [], finish, first_at,
                               sched.end, text.tokens, reasoning)

@@ -25,7 +25,7 @@ class Turn:
     call_id: str | None = None   # a tool result: the call it answers
 
 
-def _content_texts(content: Any, turn: Turn, path: str) -> None:
+def content_texts(content: Any, turn: Turn, path: str) -> None:
     if content is None:
         return
     if isinstance(content, str):
@@ -60,14 +60,14 @@ def items_turns(items: Any, path: str) -> list[Turn]:
         kind = item.get("type", "message")
         if kind == "message":
             turn = Turn(item.get("role", "user"), path=where)
-            _content_texts(item.get("content"), turn, f"{where}.content")
+            content_texts(item.get("content"), turn, f"{where}.content")
         elif kind == "function_call":
             turn = Turn("assistant", [item.get("name", ""), item.get("arguments", "")], path=where,
                         calls=((item.get("call_id"), item.get("name")),))
         elif kind == "function_call_output":
             output = item.get("output")
             turn = Turn("tool", path=where, call_id=item.get("call_id"))
-            _content_texts(output, turn, f"{where}.output")
+            content_texts(output, turn, f"{where}.output")
         elif kind == "reasoning":
             turn = Turn("assistant", path=where)
             for part in item.get("summary") or []:
@@ -76,7 +76,7 @@ def items_turns(items: Any, path: str) -> list[Turn]:
             turn = Turn("assistant", [summary_of(item.get("encrypted_content"))], path=where)
         else:
             turn = Turn("user", path=where)
-            _content_texts(item.get("content"), turn, f"{where}.content")
+            content_texts(item.get("content"), turn, f"{where}.content")
         turns.append(turn)
     return turns
 
@@ -87,7 +87,7 @@ def chat_turns(messages: list[dict]) -> list[Turn]:
         where = f"messages[{i}]"
         turn = Turn(message["role"], name=message.get("name"), path=where,
                     call_id=message.get("tool_call_id"))
-        _content_texts(message.get("content"), turn, f"{where}.content")
+        content_texts(message.get("content"), turn, f"{where}.content")
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
             turn.texts += [fn.get("name", ""), fn.get("arguments", "")]

@@ -17,11 +17,13 @@ toolcalls). What is Anthropic's own:
   split (`input_tokens` = the rest). The prefix up to the last block with `cache_control`
   (tools, then system, then messages), when it has at least MIN_CACHED tokens, is the plan's
   `marked_tokens`: what is not read of it is written (`cache_creation_input_tokens`). What is
-  read comes from the serving model's prefix cache when it is on for the model (any repeated
-  prefix, in whole blocks: llmsim.state.prefixcache), else from a `PromptCache`.
+  read the planner does not know: the caller sets `usage.cached_tokens` (from the serving
+  model's prefix cache when it is on for the model: any repeated prefix, in whole blocks,
+  llmsim.state.prefixcache; else from a `PromptCache` read with the plan's `marked`).
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
+* scripts (scenarios.Answer): a text block, tool_use blocks, or a refusal (stop_reason refusal).
 """
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ from typing import Any
 import orjson
 
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, toolcalls
-from llmsim.sim.plan import Context, TimedPieces, Usage, visible_text
+from llmsim.sim import inputs, latency, steps, textgen, toolcalls
+from llmsim.sim.plan import Context, TimedPieces, Usage
+from llmsim.sim.scenarios import Answer
 
 THINKING_EFFORT = "medium"      # reasoning.yaml's multiplier that sizes a thinking block
 MIN_CACHED = 1024               # the shortest prefix Anthropic caches (Sonnet and Opus models)
@@ -72,19 +75,25 @@ class MessagePlan:
     stop_sequence: str | None
     first_token_at: float
     end_at: float
-    marked_tokens: int = 0          # the prefix `cache_control` marks (0: none, or too short)
+    marked: tuple[dict, float, int] | None = None   # the prefix `cache_control` marks (`marked_tokens`)
     effort: str | None = None
+
+    @property
+    def marked_tokens(self) -> int:
+        """The marked prefix's tokens (0: none, or too short to cache)."""
+        return self.marked[2] if self.marked else 0
 
     @property
     def cache_creation_tokens(self) -> int:
         """The marked prefix's tokens not read from a cache: written to it."""
         return max(0, self.marked_tokens - self.usage.cached_tokens)
 
-    @property
-    def output(self) -> list[Block]:       # what stats read a plan's token times from
-        return self.blocks
+    # -- the Plan protocol (llmsim.sim.plans) --
+    def token_times(self) -> list:
+        """The due times of every block's deltas (thinking, text, tool-use JSON)."""
+        return [times for block in self.blocks if len(times := block.times)]
 
-    def filtered(self, k: int) -> None:
+    def cut(self, k: int) -> None:
         """A content filter stopped the answer after k visible tokens: stop_reason refusal."""
         for block in self.blocks:
             if block.kind == "text":
@@ -93,14 +102,12 @@ class MessagePlan:
         self.blocks = [b for b in self.blocks if b.kind != "tool_use"]
         self.end_at = max([b.end_at for b in self.blocks], default=self.first_token_at)
         visible = sum(len(b.pieces) for b in self.blocks if b.kind == "text")
-        read = self.usage.cached_tokens
-        self.usage = Usage.make(self.usage.input_tokens, visible, self.usage.reasoning_tokens, "openai")
-        self.usage.cached_tokens = read
+        self.usage = self.usage.with_visible(visible)
         self.stop_reason, self.stop_sequence = "refusal", None
 
-    def truncated(self) -> None:
+    def truncate(self) -> None:
         """truncated_output: the text cut in half, as if `max_tokens` had stopped it."""
-        self.filtered(sum(len(b.pieces) for b in self.blocks if b.kind == "text") // 2)
+        self.cut(sum(len(b.pieces) for b in self.blocks if b.kind == "text") // 2)
         self.stop_reason = "max_tokens"
 
 
@@ -110,7 +117,7 @@ def turns(body: dict) -> list[inputs.Turn]:
     system = body.get("system")
     if system:
         turn = inputs.Turn("system", path="system")
-        inputs._content_texts(system, turn, "system")
+        inputs.content_texts(system, turn, "system")
         out.append(turn)
     for i, message in enumerate(body.get("messages") or ()):
         where = f"messages[{i}]"
@@ -129,16 +136,18 @@ def turns(body: dict) -> list[inputs.Turn]:
                 data = block["source"].get("data") if block["source"]["type"] == "text" else block.get("title")
                 turn.texts.append(data if isinstance(data, str) else "")
             elif kind == "tool_use":
-                turn.texts += [block["name"], toolcalls._dumps(block["input"])]
+                turn.texts += [block["name"], toolcalls.dumps(block["input"])]
+                turn.calls += ((block.get("id"), block["name"]),)
             elif kind == "tool_result":
                 result = inputs.Turn("tool", path=f"{where}.content[{j}]")
-                inputs._content_texts(block.get("content"), result, f"{where}.content[{j}].content")
+                inputs.content_texts(block.get("content"), result, f"{where}.content[{j}].content")
                 turn.texts += result.texts
                 turn.images += result.images
+                turn.call_id = block.get("tool_use_id")     # (a user turn that answers a call)
         out.append(turn)
     tools = body.get("tools")
     if tools:
-        out.append(inputs.Turn("system", [toolcalls._dumps(tools)], path="tools"))
+        out.append(inputs.Turn("system", [toolcalls.dumps(tools)], path="tools"))
     return out
 
 
@@ -253,10 +262,17 @@ def _thinking_budget(body: dict, cap: int) -> int | None:
     return budget
 
 
-def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> MessagePlan:
+def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
+                 script: Answer | None = None) -> MessagePlan:
+    """Plan a Messages answer. `history`: turns said before the request's messages (counted as
+    input); `script` (scenarios.Answer): said instead of generated text or tool uses (a refusal:
+    its text, stop_reason refusal). `usage.cached_tokens` is left 0: the caller sets it to what a
+    cache read of the prompt gives (a `PromptCache` of the plan's `marked` prefix, or a prefix cache)."""
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
     conversation = turns(body)
+    if history:
+        conversation = [*history, *conversation]
     if not model.vision:
         inputs.check_vision(conversation, model)
     input_tokens = inputs.count(conversation, enc)
@@ -272,13 +288,17 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
     messages = body["messages"]
     tool_req = tool_request(body) if body.get("tools") or body.get("tool_choice") else None
     names = (toolcalls.choose(tool_req, rng, s.tool_call_probability, _last_role(messages))
-             if tool_req else None)
+             if tool_req and script is None else None)
     stop_sequence = None
-    if names:
+    if script is not None and script.calls:
+        names = [name for name, _ in script.calls]
+        calls = steps.script_calls(script, ctx)
+        wanted = sum(c.tokens for c in calls)
+    elif names:
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = visible_text(ctx, conversation, None)
+        text = steps.visible_text(ctx, conversation, None) if script is None else steps.scripted_text(script, None, enc)
         if body.get("stop_sequences"):
             text, stop_sequence = textgen.stopped(text, body["stop_sequences"], enc)
         wanted = text.tokens
@@ -299,6 +319,8 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
             stop_sequence = None
         units, visible = len(text.pieces), text.tokens
         stop_reason = "max_tokens" if text.truncated else ("stop_sequence" if stop_sequence else "end_turn")
+        if script is not None and script.refusal and not text.truncated:
+            stop_reason, stop_sequence = "refusal", None
     sched = latency.schedule(ctx.profile, rng, thinking_tokens, units)
     blocks = []
     if thinking is not None:
@@ -311,7 +333,7 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
         for call in calls:
             try:
                 value = orjson.loads(call.arguments)
-            except orjson.JSONDecodeError:      # cut short by max_tokens
+            except orjson.JSONDecodeError:      # cut short by max_tokens (or a script's malformed text)
                 value = {}
             pieces = tuple(f.text for f in call.fragments)
             blocks.append(Block("tool_use", pieces, tuple(f.at for f in call.fragments), call.start_at,
@@ -319,8 +341,6 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
     else:
         times = tuple(sched.token_times)
         blocks.append(Block("text", text.pieces, times, sched.reasoning_end, sched.end, text.text))
-    marked = marked_tokens(body, model)
     usage = Usage.make(input_tokens, visible, thinking_tokens, "openai")   # thinking is output
-    usage.cached_tokens = cache.read(marked, model) if cache is not None else 0
     return MessagePlan(ctx.ids.make("message", rng), ctx.created_at, body["model"], body, blocks, usage,
-                       stop_reason, stop_sequence, sched.first_token, sched.end, marked[2] if marked else 0)
+                       stop_reason, stop_sequence, sched.first_token, sched.end, marked_tokens(body, model))

@@ -93,9 +93,19 @@ class ModerationPlan:
     id: str
     model: str
     results: list[Result]
-    usage: object
+    usage: Usage
     first_token_at: float
     end_at: float
+
+    # -- the Plan protocol (llmsim.sim.plans): no output tokens, nothing for a fault to cut --
+    def token_times(self) -> list:
+        return []
+
+    def cut(self, k: int) -> None:
+        pass
+
+    def truncate(self) -> None:
+        pass
 
 
 def judge(rules: Rules, text: str, images: int) -> Result:

@@ -111,6 +111,13 @@ class Usage:
             return cls(input_tokens, visible + reasoning, reasoning, input_tokens + visible + reasoning)
         return cls(input_tokens, visible, reasoning, input_tokens + visible + reasoning)
 
+    def with_visible(self, visible: int) -> "Usage":
+        """The same usage (input, reasoning, cached, semantics) with `visible` output tokens
+        (what a fault that cuts the answer leaves)."""
+        old = self.total_tokens - self.input_tokens - self.reasoning_tokens
+        return Usage(self.input_tokens, self.output_tokens - old + visible, self.reasoning_tokens,
+                     self.total_tokens - old + visible, self.cached_tokens)
+
 
 @dataclass(slots=True)
 class Plan:
@@ -138,6 +145,42 @@ class Plan:
     @property
     def completed_at(self) -> int:
         return self.created_at + int(self.end_at)
+
+    # -- the Plan protocol (llmsim.sim.plans) --
+    def token_times(self) -> list:
+        """The due times of each message item's tokens (reasoning and calls have none here)."""
+        return [times for item in self.output if (times := getattr(item, "times", None)) is not None and len(times)]
+
+    def cut(self, k: int) -> None:
+        """A content filter stopped the message after k tokens: incomplete, reason content_filter."""
+        visible = 0
+        for item in self.output:
+            if item.kind == "message":
+                item.keep(k)
+                item.status = "incomplete"
+                visible += len(item.pieces)
+                if item.times:
+                    self.end_at = item.times[-1]
+        self.status, self.incomplete_reason = "incomplete", "content_filter"
+        self.usage = self.usage.with_visible(visible)
+
+    def truncate(self) -> None:
+        """Cut mid-value (messages in half, the last call's arguments in half): incomplete,
+        reason max_output_tokens."""
+        messages = [item for item in self.output if item.kind in ("message", "refusal")]
+        calls = [item for item in self.output if item.kind == "function_call"]
+        visible = 0
+        for item in messages:
+            item.keep(len(item.pieces) // 2)
+            item.status = "incomplete"
+            visible += len(item.pieces)
+            if item.times:
+                self.end_at = item.times[-1]
+        if calls:
+            visible += toolcalls.halve(calls)
+            self.end_at = calls[-1].end_at
+        self.status, self.incomplete_reason = "incomplete", "max_output_tokens"
+        self.usage = self.usage.with_visible(visible)
 
 
 @dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each

@@ -249,8 +249,10 @@ def last_user_text(turns: Sequence[Turn]) -> str:
 
 
 def tool_result_for(turns: Sequence[Turn]) -> str | None:
-    """The name of the function whose result is the last input item (None: it is no tool result)."""
-    if not turns or turns[-1].role not in ("tool", "function"):
+    """The name of the function whose result is the last input item (None: it is no tool result).
+    A tool result is a `tool` or `function` turn, or a user turn that answers a call (`call_id`:
+    Anthropic's tool_result blocks)."""
+    if not turns or (turns[-1].role not in ("tool", "function") and turns[-1].call_id is None):
         return None
     last = turns[-1]
     if last.role == "function":             # Chat's legacy function message

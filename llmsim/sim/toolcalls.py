@@ -159,7 +159,7 @@ def make_calls(names: list[str], req: ToolRequest, rng: random.Random, encoding:
         if "type" not in schema:
             schema = {"type": "object", **schema}
         value = jsonvalues.value(schema, rng)
-        arguments = _dumps(value if isinstance(value, dict) else {})
+        arguments = dumps(value if isinstance(value, dict) else {})
         calls.append(FunctionCall(ids.make("function_call", rng), ids.make("call", rng), name, arguments,
                                   textgen.split(arguments, encoding),
                                   tokens.count(name, encoding) + tokens.count(arguments, encoding)))
@@ -174,7 +174,7 @@ def scripted(calls: Any, rng: random.Random, encoding: str, ids: Ids) -> list[Fu
             for name, arguments in calls]
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
     except TypeError:   # an integer beyond 64 bits, asked for by the schema's bounds
@@ -217,6 +217,21 @@ def place(calls: list[FunctionCall], times: Any, start: float) -> None:
         call.start_at = slots[0]
         call.fragments = [Fragment(p, t) for p, t in zip(call.pieces, slots)]
         call.end_at = last = slots[-1]
+
+
+def halve(calls: list[FunctionCall]) -> int:
+    """The last call's arguments cut in half (status incomplete, as a fault's truncated
+    output leaves them); the output tokens the calls have left."""
+    call = calls[-1]
+    keep = len(call.pieces) // 2
+    call.tokens -= len(call.pieces) - keep
+    call.pieces = call.pieces[:keep]
+    call.fragments = call.fragments[:keep]
+    call.arguments = "".join(call.pieces)
+    call.status = "incomplete"
+    if call.fragments:
+        call.end_at = call.fragments[-1].at
+    return sum(c.tokens for c in calls)
 
 
 def truncated(calls: list[FunctionCall]) -> bool:

@@ -1,0 +1,167 @@
+"""Every API's plan is one `Plan` (llmsim.sim.plans): faults cut it and stats read it through the
+protocol alone, so an answer without tokens (embeddings, moderations) is timed and counted under
+a latency profile like any other. Every generating planner plays a script (scenarios.Answer) in
+its own API's shape, and each provider's turns count its assistant turns and tool results."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from conftest import model_metrics
+from llmsim.clock import FakeClock
+from llmsim.settings import Settings
+from llmsim.sim import chatplan, completionplan, embeddings, geminiplan, messages, moderation, plans, scenarios
+from llmsim.sim import plan as planning
+from llmsim.sim.scenarios import Answer
+from llmsim.simulator import Simulator
+
+TOOL = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+CALLS = (("get_weather", '{"city": "Paris"}'), ("get_time", '{"zone": "CET"}'))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator.load(Settings(profile="fast", seed=7, target_tokens=12), FakeClock())
+
+
+def anthropic_body(**extra):
+    return {"model": "claude-sonnet-4-5", "max_tokens": 200,
+            "messages": [{"role": "user", "content": "Hello there."}], **extra}
+
+
+def gemini_body(**extra):
+    return {"model": "gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "Hello there."}]}],
+            **extra}
+
+
+def every_plan(sim):
+    """One plan of each API, all planned with a latency profile."""
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi."}]}
+    yield planning.plan_response({"model": "gpt-4o", "input": "Hi."}, sim.context("gpt-4o"))
+    yield chatplan.plan_chat(chat, sim.context("gpt-4o"))
+    yield completionplan.plan_completion({"model": "gpt-3.5-turbo-instruct", "prompt": "Once",
+                                          "max_tokens": 10}, sim.context("gpt-3.5-turbo-instruct"))
+    yield messages.plan_message(anthropic_body(), sim.context("claude-sonnet-4-5"))
+    yield geminiplan.plan_generate(gemini_body(), sim.context("gemini-2.5-flash"))
+    yield embeddings.plan_embeddings({"model": "text-embedding-3-small", "input": "Hi."},
+                                     sim.context("text-embedding-3-small"), True)
+    rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)
+    rng, _ = sim.draw()
+    yield moderation.plan_moderation({"input": "a kind word"}, rules, sim.profile_for(rules), rng, sim.ids)
+
+
+def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(sim):
+    found = {type(plan).__name__: plan for plan in every_plan(sim)}
+    assert len(found) == 7
+    for name, plan in found.items():
+        assert isinstance(plan, plans.Plan), name
+        assert plan.end_at >= plan.first_token_at > 0, name
+        times = plan.token_times()
+        if name in ("EmbeddingPlan", "ModerationPlan"):
+            assert times == [], name
+        else:
+            assert times and all(list(t) == sorted(t) and t[-1] <= plan.end_at for t in times), name
+
+
+def test_a_content_filter_stops_each_api_in_its_own_words(sim):
+    said = {}
+    for plan in every_plan(sim):
+        usage = plan.usage
+        plan.cut(2)
+        said[type(plan).__name__] = plan
+        if plan.token_times():
+            assert sum(len(t) for t in plan.token_times()) <= 2 * len(plan.token_times())
+            assert plan.usage.input_tokens == usage.input_tokens
+            assert plan.usage.total_tokens < usage.total_tokens
+    assert (said["Plan"].status, said["Plan"].incomplete_reason) == ("incomplete", "content_filter")
+    assert said["ChatPlan"].choices[0].finish_reason == "content_filter"
+    assert said["CompletionPlan"].choices[0].finish_reason == "content_filter"
+    assert said["MessagePlan"].stop_reason == "refusal"
+    assert said["GeminiPlan"].choices[0].finish_reason == "content_filter"    # finishReason SAFETY
+
+
+def test_truncated_output_is_what_each_apis_cap_says(sim):
+    said = {type(plan).__name__: plan for plan in every_plan(sim)}
+    for plan in said.values():
+        plan.truncate()
+    assert said["Plan"].incomplete_reason == "max_output_tokens"
+    assert said["ChatPlan"].choices[0].finish_reason == "length"
+    assert said["MessagePlan"].stop_reason == "max_tokens"
+    assert said["GeminiPlan"].choices[0].finish_reason == "length"            # finishReason MAX_TOKENS
+
+
+def test_anthropic_plays_a_script_as_text_tool_uses_or_a_refusal(sim):
+    ctx = lambda: sim.context("claude-sonnet-4-5")    # noqa: E731
+    text = messages.plan_message(anthropic_body(), ctx(), script=Answer(text="Scripted words."))
+    assert [(b.kind, b.text) for b in text.blocks] == [("text", "Scripted words.")]
+    assert text.stop_reason == "end_turn"
+    calls = messages.plan_message(anthropic_body(), ctx(), script=Answer(calls=CALLS))
+    assert [(b.kind, b.name, b.input) for b in calls.blocks] == [
+        ("tool_use", "get_weather", {"city": "Paris"}), ("tool_use", "get_time", {"zone": "CET"})]
+    assert calls.stop_reason == "tool_use"
+    refusal = messages.plan_message(anthropic_body(), ctx(), script=Answer(text="I can't.", refusal=True))
+    assert (refusal.blocks[0].text, refusal.stop_reason) == ("I can't.", "refusal")
+
+
+def test_gemini_plays_a_script_as_a_text_part_function_calls_or_safety(sim):
+    ctx = lambda: sim.context("gemini-2.5-flash")     # noqa: E731
+    text = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(text="Scripted words."))
+    assert [(p.kind, p.text) for p in text.choices[0].parts if p.kind != "thought"] == [("text", "Scripted words.")]
+    calls = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(calls=CALLS))
+    assert [(c.name, c.args) for c in calls.choices[0].calls] == [
+        ("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
+    refusal = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(text="I can't.", refusal=True))
+    assert (refusal.choices[0].text, refusal.choices[0].finish_reason) == ("I can't.", "content_filter")
+
+
+def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
+    body = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once", "max_tokens": 50, "n": 2}
+    ctx = lambda: sim.context("gpt-3.5-turbo-instruct")     # noqa: E731
+    text = completionplan.plan_completion(body, ctx(), script=Answer(text="upon a time"))
+    assert [c.text for c in text.choices] == ["upon a time"] * 2
+    calls = completionplan.plan_completion(body, ctx(), script=Answer(calls=CALLS[:1]))
+    assert calls.choices[0].text == 'get_weather({"city": "Paris"})'
+    refusal = completionplan.plan_completion(body, ctx(), script=Answer(text="No.", refusal=True))
+    assert (refusal.choices[0].text, refusal.choices[0].refusal) == ("No.", None)
+
+
+def test_each_providers_turns_count_its_assistant_turns_and_tool_results():
+    anthropic = {"messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]}
+    turns = messages.turns(anthropic)
+    assert scenarios.assistant_turns(turns) == 1
+    assert scenarios.tool_result_for(turns) == "get_weather"
+    gemini = {"contents": [
+        {"role": "user", "parts": [{"text": "Weather?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"sky": "sunny"}}}]},
+        {"role": "model", "parts": [{"text": "Sunny."}]},
+        {"role": "user", "parts": [{"text": "Thanks."}]}]}
+    turns = geminiplan.turns(gemini)
+    assert scenarios.assistant_turns(turns) == 2
+    assert scenarios.tool_result_for(turns[:3]) == "get_weather"
+    chat = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                         {"role": "user", "content": "c"}]}
+    assert scenarios.assistant_turns(chatplan.turns(chat)) == 1
+    assert scenarios.assistant_turns(completionplan.turns({"prompt": ["a", "b"]})) == 0
+
+
+@pytest.fixture(scope="module")
+def timed(live_server_factory):
+    return live_server_factory("--profile", "fast")
+
+
+def test_embeddings_and_moderations_are_timed_and_counted_under_a_latency_profile(timed):
+    client = timed.client()
+    before = model_metrics(timed.url, "text-embedding-3-small", "vllm:time_to_first_token_seconds_count")[0]
+    vectors = client.embeddings.create(model="text-embedding-3-small", input=["one", "two"]).data
+    assert len(vectors) == 2
+    after = model_metrics(timed.url, "text-embedding-3-small", "vllm:time_to_first_token_seconds_count")[0]
+    assert after == before + 1
+    verdict = client.moderations.create(input="I will attack them")
+    assert verdict.results[0].flagged and verdict.results[0].categories.violence
+    with pytest.raises(openai.BadRequestError):       # bad input is still the API's 400
+        client.embeddings.create(model="text-embedding-3-small", input="")
