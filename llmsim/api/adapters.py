@@ -41,9 +41,6 @@ class Adapter:
     def model(self, req: dict) -> str:
         return req["model"]
 
-    def streams(self, req: dict) -> bool:
-        return bool(req.get("stream"))
-
     def deferred(self, req: dict) -> bool:
         """Its serving slot is waited for later (a background response's job)."""
         return False
@@ -86,7 +83,7 @@ class Adapter:
         return {"req": call.req}
 
     async def deliver(self, pipe: Pipeline, call: Call):
-        return await answer.reply(self.sim, self.template, call.plan, call.start, self.streams(call.req),
+        return await answer.reply(self.sim, self.template, call.plan, call.start, call.req.get("stream"),
                                   call.fault, call.ticket, **self.variables(call))
 
 
@@ -239,9 +236,6 @@ class Embeddings(Adapter):
     """Embeddings: no turns to script, no generation to serve; faults, limits, seeds, stats."""
     name = endpoint = template_name = "embeddings"
     scripts = serves = generates = seeded = False      # (equal texts always embed alike)
-
-    def streams(self, req):
-        return False
 
     def turns(self, call):
         return []

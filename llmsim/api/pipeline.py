@@ -87,6 +87,8 @@ class Pipeline:
         sim.serving.refresh(sim.settings)
         self.serving = sim.serving if sim.serving.on else None
         self.scripts = sim.scripts
+        scenarios = sim.scripts.scenarios       # every request may be scripted (else: one that asks)
+        self.scripted = bool(scenarios.rules) or scenarios.default is not None
 
     # ---- HTTP ----------------------------------------------------------------------------
     async def answer(self, adapter: Adapter, req: dict, received_at: float | None):
@@ -112,7 +114,8 @@ class Pipeline:
         """Script, prior, plan, admit, shape, slot and observe `call` (everything but delivery)."""
         sim, adapter, req, ctrl = self.sim, call.adapter, call.req, call.control
         script = None
-        if adapter.scripts and self.scripts.wanted(req, ctrl) and adapter.scriptable(call):   # a scenario or rule may script it
+        if adapter.scripts and (self.scripted or ctrl is not None or "metadata" in req) and \
+                self.scripts.wanted(req, ctrl) and adapter.scriptable(call):   # a scenario or a rule may script it
             call.prior = (adapter.known(call) or await adapter.prior(call)) if adapter.history else None
             fault, script = await self.scripts.begin(adapter.name, req, ctrl, adapter.turns(call))
         else:
@@ -137,7 +140,7 @@ class Pipeline:
             if not adapter.deferred(req):       # (a background job waits for its turn itself)
                 call.ticket = await call.admission.ticket()
         if adapter.records:             # (a WebSocket turn is counted as it is sent)
-            sim.stats.record(plan, adapter.endpoint, adapter.streams(req),
+            sim.stats.record(plan, adapter.endpoint, bool(req.get("stream")),
                              call.ticket.delay if call.ticket is not None else 0.0)
 
     async def take(self, call: Call, model, plan) -> list | None:
