@@ -277,10 +277,6 @@ class Serving:
         place = slots.enter(p.max_concurrency, p.max_queue, lambda: capacity_error(model))
         return Admission(self, slots, place, p, plan, key, turns, encoding, start)
 
-    async def admit(self, p: Params, plan, key: str | None, turns: list, encoding: str, start: float) -> Ticket:
-        """`enter`, then wait for the slot and prefill (`Admission.ticket`)."""
-        return await self.enter(p, plan, key, turns, encoding, start).ticket()
-
     def snapshot(self) -> dict:
         """Per model: running and waiting requests (the host's, with `host`, under --workers),
         prefix-cache tokens queried and hit, the cache's use (a fraction of its capacity)."""
