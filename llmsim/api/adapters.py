@@ -19,6 +19,8 @@ from llmsim.sim.plan import Context
 from llmsim.state.chats import ChatStore
 from llmsim.state.responses import Replay, wants_store
 
+MARKED_ENTRIES = 10_000          # marked prefixes a model's prefix cache keeps (least recently used go)
+
 if TYPE_CHECKING:   # types only
     from llmsim.api.pipeline import Call, Pipeline
     from llmsim.simulator import Simulator
@@ -32,6 +34,7 @@ class Adapter:
     template_name: ClassVar[str]
     scripts = serves = replays = seeded = records = generates = True
     history = False                 # it continues stored history (`prior`)
+    marks = False                   # it marks prefixes to cache (`read_marks`)
 
     def __init__(self, sim: Simulator):
         self.sim = sim
@@ -192,24 +195,25 @@ class Messages(Adapter):
     """Anthropic's Messages API."""
     name, endpoint, provider, template_name = "anthropic", "messages", "anthropic", "anthropic"
 
-    def __init__(self, sim):
-        super().__init__(sim)
-        self.cache = messages.PromptCache(sim.clock)     # Anthropic's explicit caching, without the serving model
-
     def turns(self, call):
         return messages.turns(call.req)
 
     def cache_turns(self, call):
         return messages.cache_order(messages.turns(call.req))
 
+    marks = True        # `cache_control` marks a prefix to cache
+
     def plan(self, call, ctx, script):
-        pipe_serving = self.sim.serving
-        params = pipe_serving.params(self.sim.settings, ctx.profile) if pipe_serving.on else None
-        prefix = params is not None and params.prefix_cache     # the serving model's cache, else Anthropic's own
-        plan = messages.plan_message(call.req, ctx, None, script)
-        if not prefix:
-            plan.usage.cached_tokens = self.cache.read(plan.marked, ctx.model)
-        return plan
+        return messages.plan_message(call.req, ctx, None, script)
+
+    async def read_marks(self, call, cache) -> None:
+        """Anthropic's explicit caching, from the prefix cache (when the serving model's does not
+        read every prefix): the marked prefix is read whole if cached, and kept."""
+        plan = call.plan
+        if plan.marked is not None:
+            prefix, _, tokens = plan.marked
+            hits = await cache.lookup(plan.model, [messages.marked_key(plan.model, prefix)], MARKED_ENTRIES, tokens)
+            plan.usage.cached_tokens = tokens * hits
 
 
 class Gemini(Adapter):

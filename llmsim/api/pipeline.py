@@ -133,8 +133,12 @@ class Pipeline:
             call.added = await self.take(call, ctx.model, plan)
         if fault:
             plan = call.plan = fault.shape(plan)
-        if self.serving is not None and adapter.serves and \
-                (params := self.serving.params(sim.settings, ctx.profile)) is not None:
+        params = None
+        if self.serving is not None and adapter.serves:
+            params = self.serving.params(sim.settings, ctx.profile)
+        if adapter.marks and (params is None or not params.prefix_cache):     # marked prefixes only
+            await adapter.read_marks(call, sim.serving.cache)
+        if params is not None:          # a slot or a place in the queue, prefill, the prefix cache
             call.admission = self.serving.enter(params, plan, adapter.cache_key(req), adapter.cache_turns(call),
                                                 ctx.model.encoding, call.start)
             if not adapter.deferred(req):       # (a background job waits for its turn itself)

@@ -19,7 +19,7 @@ toolcalls). What is Anthropic's own:
   `marked_tokens`: what is not read of it is written (`cache_creation_input_tokens`). What is
   read the planner does not know: the caller sets `usage.cached_tokens` (from the serving
   model's prefix cache when it is on for the model: any repeated prefix, in whole blocks,
-  llmsim.state.prefixcache; else from a `PromptCache` read with the plan's `marked`).
+  llmsim.state.prefixcache; else the same cache's entry for the plan's `marked` prefix).
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,31 +198,9 @@ def marked_tokens(body: dict, model) -> tuple[dict, float, int] | None:
     return (*found, tokens_) if tokens_ >= MIN_CACHED else None
 
 
-class PromptCache:
-    """Anthropic's explicit prompt caching, when the serving model's prefix cache is off: the
-    marked prefixes written, each until it expires (on the server's clock); at most `size`,
-    the oldest forgotten first. It stays beside the prefix cache because it is what
-    Anthropic's API does on its own (only prefixes `cache_control` marks, exactly, for their
-    `ttl`), which an app's caching can be tested against without the serving model; the
-    prefix cache is an inference server's (any prefix, in blocks, LRU), used instead when on."""
-
-    def __init__(self, clock, size: int = 10_000):
-        self.clock, self.size = clock, size
-        self.expiry: OrderedDict[bytes, float] = OrderedDict()
-
-    def read(self, marked: tuple[dict, float, int] | None, model) -> int:
-        """The tokens read for this request's marked prefix (`marked_tokens`), then kept."""
-        if marked is None:
-            return 0
-        prefix, ttl, tokens_ = marked
-        key = hashlib.sha256(json.dumps([model.id, prefix], sort_keys=True).encode()).digest()   # any integer
-        now = self.clock.now()
-        hit = self.expiry.get(key, 0.0) > now
-        self.expiry[key] = now + ttl
-        self.expiry.move_to_end(key)
-        if len(self.expiry) > self.size:
-            self.expiry.popitem(last=False)
-        return tokens_ if hit else 0
+def marked_key(model_id: str, prefix: dict) -> bytes:
+    """The prefix cache's key of a marked prefix (`marked_tokens`' first item) for a model."""
+    return hashlib.blake2b(json.dumps([model_id, prefix], sort_keys=True).encode(), digest_size=16).digest()
 
 
 def _last_role(messages: list[dict]) -> str | None:
@@ -267,7 +244,7 @@ def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = N
     """Plan a Messages answer. `history`: turns said before the request's messages (counted as
     input); `script` (scenarios.Answer): said instead of generated text or tool uses (a refusal:
     its text, stop_reason refusal). `usage.cached_tokens` is left 0: the caller sets it to what a
-    cache read of the prompt gives (a `PromptCache` of the plan's `marked` prefix, or a prefix cache)."""
+    cache read of the prompt gives (the prefix cache: its blocks, or its entry for the plan's `marked` prefix)."""
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
     conversation = turns(body)
