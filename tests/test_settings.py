@@ -91,7 +91,8 @@ def test_every_setting_has_a_flag_and_a_config_schema_entry():
     ({"target_tokens": -5}, "target_tokens", "0-1000000"),
     ({"usage_semantics": "mine"}, "usage_semantics", "openai"),
     ({"log_level": "loud"}, "log_level", "critical, error, warning, info, debug, trace"),
-    ({"colour": "blue"}, "colour", "known settings"),
+    ({"colour": "blue"}, "colour", "docs/configuration.md lists every setting"),
+    ({"sed": 4}, "sed", "did you mean 'seed'?"),
 ])
 def test_bad_config_value_names_key_and_what_is_allowed(tmp_path, values, key, allowed):
     with pytest.raises(ConfigError) as caught:
