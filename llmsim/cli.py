@@ -186,10 +186,9 @@ def record(upstream: str, out: str, host: str, port: int) -> int:
     import uvicorn
 
     from llmsim.replay.recorder import create_recorder
-    check_listen(host, port)
+    sock = listen(host, port)
     config = uvicorn.Config(create_recorder(upstream, out), host=host, port=port,
                             log_level="warning", access_log=False)
-    sock = config.bind_socket()
     print(f"llmsim record on {_url(host, sock.getsockname()[1])}: forwarding to {upstream}, "
           f"writing fixtures to {out} (Ctrl-C stops)", file=sys.stderr, flush=True)
     server = uvicorn.Server(config)
@@ -206,8 +205,10 @@ def _serve(settings: Settings) -> int:
 
     from llmsim.server.versions import choose
     settings = settings.replace(server=choose(settings.server))
-    preflight(settings)         # store form, port, host, Redis: one line each, before anything starts
     tuned = settings.server == "tuned"
+    # the store's form, the port, the host, Redis: one line each, before anything starts; one
+    # tuned process listens on the socket bound here (llmsim.server.accepting)
+    sock = preflight(settings, keep=tuned and settings.workers == 1)
     # --workers share a temp LMDB store (one process keeps its store in memory) and a stats
     # snapshot directory, in memory where there is one; both go when the server stops
     shared = settings.workers > 1
@@ -228,12 +229,16 @@ def _serve(settings: Settings) -> int:
             options.update(http="llmsim.server.deadlines:PlainProtocol")
         if settings.workers == 1:
             from llmsim.app import create_app
-            config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
+            try:
+                config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
+            except BaseException:
+                if sock is not None:
+                    sock.close()
+                raise
             server = uvicorn.Server(config)
-            sockets = [config.bind_socket()] if tuned else None     # tuned: a socket of its own
-            banner(settings, sockets[0].getsockname()[1] if sockets else settings.port)
-            try:        # (see llmsim.server.accepting)
-                server.run(sockets=sockets)
+            banner(settings, sock.getsockname()[1] if sock else settings.port)
+            try:
+                server.run(sockets=[sock] if sock else None)
             except KeyboardInterrupt:   # uvicorn re-raises Ctrl-C once it has shut down
                 pass
             if not server.started:
@@ -253,40 +258,63 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
-def preflight(settings: Settings) -> None:
+def preflight(settings: Settings, keep: bool = False) -> socket.socket | None:
     """What would otherwise fail after start-up, or with a traceback: the store's form, the
-    address (a port taken, a host not of this machine) and a Redis store out of reach."""
+    address (a port taken, a host not of this machine) and a Redis store out of reach. With
+    `keep`, the bound socket, for the server to listen on."""
     from llmsim.state.store import check_store
     check_store(settings.store)
-    check_listen(settings.host, settings.port)
-    check_redis(settings.store)
+    sock = listen(settings.host, settings.port)
+    try:
+        check_redis(settings.store)
+    except BaseException:
+        sock.close()
+        raise
+    if keep:
+        return sock
+    sock.close()
+    return None
 
 
 def _url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def check_listen(host: str, port: int) -> None:
-    """Bind `host:port` as uvicorn will, and let go: StartupError naming the address and the fix."""
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` as uvicorn's `Config.bind_socket` binds it; StartupError
+    naming the address and the fix when it cannot be."""
     where = _url(host, port).removeprefix("http://")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except (socket.gaierror, UnicodeError) as exc:
-            raise StartupError(f"host {host!r} (--host) is not an address of this machine "
-                               f"({getattr(exc, 'strerror', None) or exc}); use e.g. 127.0.0.1, 0.0.0.0 or ::") from None
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise StartupError(f"{where}: Address already in use (another server?): stop it, or choose "
-                                   "another --port (--port 0 picks a free one)") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise StartupError(f"host {host!r} (--host) is not an address of this machine; use e.g. "
-                                   "127.0.0.1, 0.0.0.0 or ::") from None
-            if exc.errno == errno.EACCES:
-                raise StartupError(f"{where}: permission denied (ports below 1024 need privileges): choose "
-                                   "another --port, e.g. 8080") from None
-            raise StartupError(f"{where}: {exc.strerror or exc}") from None
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (socket.gaierror, UnicodeError) as exc:
+        sock.close()
+        raise StartupError(f"host {host!r} (--host) is not an address of this machine "
+                           f"({getattr(exc, 'strerror', None) or exc}); use e.g. 127.0.0.1, 0.0.0.0 or ::") from None
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"{where}: Address already in use (another server?): stop it, or choose "
+                               "another --port (--port 0 picks a free one)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise StartupError(f"host {host!r} (--host) is not an address of this machine; use e.g. "
+                               "127.0.0.1, 0.0.0.0 or ::") from None
+        if exc.errno == errno.EACCES:
+            raise StartupError(f"{where}: permission denied (ports below 1024 need privileges): choose "
+                               "another --port, e.g. 8080") from None
+        raise StartupError(f"{where}: {exc.strerror or exc}") from None
+    try:
+        sock.listen(BACKLOG)    # claimed now: a second server's bind is refused from here on
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"{where}: Address already in use (another server?): stop it, or choose another "
+                           f"--port (--port 0 picks a free one) ({exc.strerror})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+BACKLOG = 2048      # uvicorn's default
 
 
 def check_redis(target: str | None) -> None:
