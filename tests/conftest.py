@@ -311,6 +311,12 @@ def redis_url():
     process.stop()
 
 
+def pytest_report_header(config):
+    """Say so when OpenAI's published document is missing (tests/oai_schemas.py: its checks skip)."""
+    import oai_schemas
+    return None if oai_schemas.SPEC_PATH.is_file() else oai_schemas.MISSING
+
+
 def pytest_terminal_summary(terminalreporter):
     """SDK_DRIFT_REPORT=1: end with the drift against openai.types of every body and event the
     conformance checks saw (tests/sdk_types.py): fields llmsim never sent, fields unknown to the SDK."""
