@@ -22,3 +22,29 @@ def test_the_configuration_tables_are_the_schemas():
     tables = page.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert tables == reference().strip(), \
         "docs/configuration.md's tables differ from llmsim/schemas/config.yaml: run `python -m llmsim.settings`"
+
+
+def test_templates_name_modules_that_exist():
+    """The modules a template's description points readers to (docs/templates.md says to read them)."""
+    import importlib
+    import re
+    missing = []
+    for path in sorted((REPO / "templates").glob("*.yaml")):
+        description = yaml.safe_load(path.read_text()).get("description") or ""
+        text = description + "".join(re.findall(r"#.*", path.read_text()))
+        for dotted in set(re.findall(r"\bllmsim(?:\.\w+)+", text)):
+            parts = dotted.split(".")
+            for cut in range(len(parts), 0, -1):       # the longest importable prefix, then attributes
+                try:
+                    obj = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                try:
+                    for name in parts[cut:]:
+                        obj = getattr(obj, name)
+                except AttributeError:
+                    missing.append(f"{path.name}: {dotted}")
+                break
+            else:
+                missing.append(f"{path.name}: {dotted}")
+    assert missing == []
