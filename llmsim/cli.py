@@ -79,7 +79,7 @@ def _flag_options(name: str) -> dict:
         return dict(action=argparse.BooleanOptionalAction, default=None, help=text)
     options = dict(metavar=spec.get("metavar"), help=text)
     if schema.repeatable(name):
-        return dict(action="append", **options)
+        return dict(action="append", metavar=spec.get("metavar"), help=f"{text} (repeatable)")
     if kinds & {"object", "array"}:
         options["type"] = _yaml
     elif "string" not in kinds and "integer" in kinds:
