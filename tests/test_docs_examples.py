@@ -127,3 +127,19 @@ def test_the_config_files_shown_are_valid(tmp_path):
     shown = yaml.safe_load(profiles)
     merged = {**packaged, "profiles": {**packaged["profiles"], **shown["profiles"]}}
     datafiles.check(merged, "profiles", "docs/serving-model.md")
+
+
+def test_the_readmes_settings_table_names_real_flags_variables_and_keys():
+    """README's everyday table is written by hand: its flags, variables and keys must exist."""
+    from llmsim import settings
+    serve = parser().commands["serve"]
+    flags = {s for action in serve._actions for s in action.option_strings}
+    rows = [line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines() if line.startswith("| `--")]
+    assert len(rows) > 5
+    for row in rows:
+        flag_cell, env_cell, key_cell = row.strip("|").split(" | ")[:3]
+        assert set(re.findall(r"`(--[\w-]+)", flag_cell)) <= flags, row
+        names = re.findall(r"`(\w+)`", key_cell)
+        assert all(name in settings.PROPERTIES or name == "auth" for name in names), row
+        assert {v.removeprefix("LLMSIM_").lower() for v in re.findall(r"`(LLMSIM_\w+)`", env_cell)} <= \
+            set(settings.PROPERTIES), row
