@@ -1,7 +1,7 @@
 """Instructions a request costs in `llmsim serve` (uvicorn and all), counted by callgrind.
 
     python bench/instructions.py                    # W1-W4 of bench/perf.py
-    python bench/instructions.py W4 --n 500 -- --store lmdb     # flags after -- go to serve
+    python bench/instructions.py W4 --n 500 -- --store lmdb:/tmp/bench.lmdb   # flags after -- go to serve
 
 CPU time on this machine moves by 10-30% between runs of the same build (another process on
 the other core, the host), so small changes drown in it. An instruction count hardly moves:

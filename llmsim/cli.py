@@ -1,158 +1,110 @@
-"""`llmsim serve ...`: every flag maps onto a `Settings` field of the same name."""
+"""`llmsim serve|record|top ...`: the command line.
+
+`serve`'s flags are built from the settings schema (llmsim/schemas/config.yaml, through
+llmsim.settings): each maps onto the `Settings` field of its name, grouped in `--help` as the
+schema groups them. A mistyped flag, a bad setting or a server that cannot start (port taken,
+bad host, store out of reach) stops with one line naming it and the fix, never a traceback.
+A subcommand is one entry of COMMANDS: a function adding its parser, one running it.
+"""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
 
+from llmsim import __version__
+from llmsim import settings as schema
 from llmsim.errors import ConfigError
 from llmsim.server import listening
 from llmsim.settings import Settings, for_worker, to_worker_environ
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llmsim", description="LLM API traffic simulator")
-    sub = p.add_subparsers(dest="command", required=True)
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (`--prot` is not `--protect-stats`), whose errors are one
+    line naming the closest flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def unknown(self, extra: list[str]):
+        """Refuse the first argument nothing took, naming the closest flag."""
+        word = extra[0]
+        if not word.startswith("-"):
+            self.error(f"unexpected argument {word!r}")
+        flag = word.partition("=")[0]
+        known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+        near = schema.closest(flag, known)
+        self.error(f"unknown flag {flag}" + (f"; did you mean {near}?" if near else ""))
+
+
+def parser() -> Parser:
+    p = Parser(prog="llmsim", description="LLM API traffic simulator")
+    p.add_argument("--version", action="version", version=f"llmsim {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    p.commands = {}
+    for name, (add, _run) in COMMANDS.items():
+        p.commands[name] = add(sub)
+    return p
+
+
+def _add_serve(sub) -> Parser:
+    serve = sub.add_parser("serve", help="run the simulator server",
+                           description="Run the simulator server. Every flag is also an environment "
+                           "variable LLMSIM_<NAME> and a --config key (docs/configuration.md).")
+    for group, title in schema.GROUPS.items():
+        flags = serve.add_argument_group(title)
+        for name, spec in schema.PROPERTIES.items():
+            if spec["group"] == group:
+                flags.add_argument(*schema.flags(name), dest=name, **_flag_options(name))
+    return serve
+
+
+def _flag_options(name: str) -> dict:
+    """argparse's options for a setting's flag, from its schema entry."""
+    spec, kinds = schema.PROPERTIES[name], schema.types_of(name) - {"null"}
+    shown = schema.shown_default(name)
+    text = " ".join(spec["help"].split()) + ("" if shown == "none" else f" (default: {shown})")
+    text = text.replace("`", "").replace("%", "%%")
+    if kinds == {"boolean"}:
+        return dict(action=argparse.BooleanOptionalAction, default=None, help=text)
+    options = dict(metavar=spec.get("metavar"), help=text)
+    if schema.repeatable(name):
+        return dict(action="append", metavar=spec.get("metavar"), help=f"{text} (repeatable)")
+    if kinds & {"object", "array"}:
+        options["type"] = _yaml
+    elif "string" not in kinds and "integer" in kinds:
+        options["type"] = int
+    elif "string" not in kinds and "number" in kinds:
+        options["type"] = float
+    return options
+
+
+def _add_top(sub) -> Parser:
     top = sub.add_parser("top", help="live terminal dashboard of a running server (q quits)")
     top.add_argument("url", nargs="?", help="the server's root URL (default http://127.0.0.1:8080)")
     top.add_argument("--interval", type=float, default=0.5, help="seconds between refreshes (default 0.5)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
-    serve = sub.add_parser("serve", help="run the simulator server")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8080)")
-    serve.add_argument("--config", help="YAML config file with settings")
-    serve.add_argument("--profile", help="force one latency profile for all models (e.g. instant)")
-    serve.add_argument("--ttft-ms", type=float, help="fixed time to first token, every model")
-    serve.add_argument("--tbt-ms", type=float, help="fixed gap between tokens, every model")
-    serve.add_argument("--target-tokens", type=int, help="generated length in tokens (default 100)")
-    serve.add_argument("--seed", type=int, help="make text, latency and ids reproducible")
-    serve.add_argument("--templates", help="directory of templates overriding ours")
-    serve.add_argument("--spec", help="OpenAPI document overriding ours")
-    serve.add_argument("--log-level", help="critical|error|warning|info|debug|trace")
-    serve.add_argument("--generator", help="lorem|echo|fixed|random|sequence")
-    serve.add_argument("--fixed-text", help="text said by the fixed generator")
-    serve.add_argument("--allow-any-model", action="store_true", default=None,
-                       help="answer for model names not in the catalogue")
-    serve.add_argument("--usage-semantics", help="llmsim or openai usage arithmetic (default: as --compat says)")
-    serve.add_argument("--keepalive-ms", type=float, help="SSE keep-alive comment interval before the first token")
-    serve.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=None,
-                       help="keep live stats for /llmsim/stats and /metrics (default on)")
-    serve.add_argument("--trace", metavar="FILE", help="append one JSONL line per request (intended timing)")
-    serve.add_argument("--log-format", help="access log on stderr: off (default), text or json")
-    serve.add_argument("--stats-dir", help="directory where worker processes share stats snapshots")
-    serve.add_argument("--ws-max-age-s", type=float, help="close Responses WebSocket connections after this many seconds (default 3600)")
-    serve.add_argument("--ws-max-connections", type=int, help="refuse WebSocket upgrades beyond this many open connections (default 1000)")
-    serve.add_argument("--tool-call-probability", type=float,
-                       help="chance 0-1 that tool_choice auto calls a function (default 0.5)")
-    serve.add_argument("--errors", type=_yaml, help="fault rates per request, YAML or kind=rate pairs, "
-                       "e.g. 'rate_limit=0.01,server_error=0.001' (kinds: llmsim/data/faults.yaml)")
-    serve.add_argument("--fault-schedule", type=_yaml,
-                       help="scheduled faults as YAML, e.g. '[{kind: rate_limit, count: 3}]'")
-    serve.add_argument("--api-key", dest="api_keys", action="append",
-                       help="accept this Bearer API key (repeatable); with none, no authentication")
-    serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted (default 32 MiB)")
-    serve.add_argument("--store", help="state store: lmdb:DIR, a SQLite file path or redis://host:port/db "
-                       "or memory (default: memory with one worker, a temp LMDB store the --workers share)")
-    serve.add_argument("--store-max-entries", type=int, help="stored responses (and conversations) kept (default 10000)")
-    serve.add_argument("--store-ttl-s", type=float, help="seconds a stored entry lives after its last write (default 3600)")
-    serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
-    serve.add_argument("--reuse-port", action=argparse.BooleanOptionalAction, default=None,
-                       help="with --workers: each worker listens on its own SO_REUSEPORT socket, so "
-                       "the kernel spreads bursts of connections over them (default: on where "
-                       "supported; --no-reuse-port shares one socket)")
-    serve.add_argument("--pin-workers", action=argparse.BooleanOptionalAction, default=None,
-                       help="with as many --workers as usable CPUs: each worker on a CPU of its "
-                       "own (default: on, where supported)")
-    serve.add_argument("--data", help="directory of data files (models.yaml, profiles.yaml, faults.yaml, "
-                       "reasoning.yaml, ids.yaml; each optional) overriding ours")
-    serve.add_argument("--server", help="tuned (default: llmsim's own protocol, accept loop and fast "
-                       "lane, on the uvicorn, connexion and starlette releases it was tested with) or "
-                       "plain (stock uvicorn and connexion)")
-    serve.add_argument("--compat", help="llmsim (default: the product spec) or openai: which side applies "
-                       "where they differ (effort rules, usage arithmetic, summary null or []; "
-                       "openapi/departures.yaml)")
-    serve.add_argument("--responses-done", action=argparse.BooleanOptionalAction, default=None,
-                       help="end Responses SSE streams with data: [DONE] (default off, as OpenAI)")
-    serve.add_argument("--base-path", dest="base_paths", action="append",
-                       help="mount the API under this prefix (repeatable; default /openai/v1 and /v1; "
-                       "'' mounts /responses, /chat/completions, ... without one)")
-    serve.add_argument("--webhook-url", dest="webhook_urls", action="append",
-                       help="send background responses' webhook events to this URL (repeatable)")
-    serve.add_argument("--webhook-secret", help="sign webhook events with this secret (whsec_...)")
-    serve.add_argument("--webhook-attempts", type=int, help="tries per webhook delivery (default 5)")
-    serve.add_argument("--webhook-backoff-s", type=float,
-                       help="seconds before a webhook's first retry, doubling each retry (default 0.5)")
-    serve.add_argument("--webhook-faults", type=_yaml,
-                       help="webhook delivery faults, e.g. 'delay_ms=500,duplicate=0.5'")
-    serve.add_argument("--scenarios", metavar="FILE",
-                       help="scenario file: scripted turns (header x-llmsim-scenario) and rules")
-    serve.add_argument("--default-scenario", metavar="NAME",
-                       help="the scenario a request that names none plays")
-    # record and replay (llmsim.replay)
-    serve.add_argument("--replay", metavar="DIR", help="answer requests matching a fixture in DIR "
-                       "(written by `llmsim record`) as recorded; others are simulated")
-    serve.add_argument("--replay-speed", type=float, help="replay the recorded timing this many times "
-                       "faster (default 1; 0: no waiting)")
-    serve.add_argument("--replay-strict", action="store_true", default=None,
-                       help="with --replay: a request no fixture matches gets a 404 instead of a simulated answer")
-    # the serving model (docs/serving-model.md): off unless set here or in a model's profile
-    serve.add_argument("--max-concurrency", type=int, help="requests a model answers at once per "
-                       "process; more wait in order, the wait counting in their TTFT")
-    serve.add_argument("--max-queue", type=int, help="requests waiting for a slot beyond which a "
-                       "request gets 429 (default: no cap)")
-    serve.add_argument("--prefill-ms-per-token", type=float,
-                       help="TTFT grows by this many ms per uncached input token")
-    serve.add_argument("--load-slowdown", type=float, help="the inter-token gap's factor with every "
-                       "slot busy (linear in the running requests; needs --max-concurrency)")
-    serve.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=None,
-                       help="cache input token blocks: cached_tokens in usage, prefill only the rest")
-    serve.add_argument("--prefix-block-tokens", type=int, help="tokens per cached block (default 16)")
-    serve.add_argument("--prefix-cache-blocks", type=int,
-                       help="cached blocks kept per model, least recently used out (default 65536)")
-    # admin access (llmsim.api.guard)
-    serve.add_argument("--admin-key", help="the Bearer key llmsim's own routes that change behaviour "
-                       "(POST/DELETE /llmsim/...) need; without one, any --api-key")
-    serve.add_argument("--protect-stats", action=argparse.BooleanOptionalAction, default=None,
-                       help="with keys configured, the read-only routes (stats, metrics) need one too")
-    serve.add_argument("--store-max-bytes", type=int, help="an LMDB or SQLite store's largest file size "
-                       "in bytes; when it is full, requests that write get 503 (default: no limit)")
-    serve.add_argument("--graceful-timeout", dest="graceful_timeout_s", type=float, metavar="S",
-                       help="on SIGTERM, stop accepting and let requests in flight finish for up to S "
-                       "seconds; streams still running then end with their API's error event "
-                       "(default: wait for them all)")
-    # rate limits (llmsim.state.ratelimits); per model and key: the config key rate_limits
-    serve.add_argument("--rate-limit-rpm", type=int, help="requests per minute for every API key and model")
-    serve.add_argument("--rate-limit-tpm", type=int, help="tokens per minute for every API key and model")
-    serve.add_argument("--rate-limits", type=_yaml, help="limits per model and key, YAML: "
-                       "'{default: {rpm: 500}, models: {gpt-4o: {tpm: 30000}}, keys: {KEY: {rpm: 5}}}'")
-    # a full store, a stopped server's background responses (llmsim.state.store, llmsim.state.background)
-    serve.add_argument("--store-evict-when-full", action=argparse.BooleanOptionalAction, default=None,
-                       help="a full LMDB or SQLite store evicts its oldest responses and conversations and "
-                       "writes again, instead of answering 503 (default: on)")
-    serve.add_argument("--background-lease-s", type=float, metavar="S",
-                       help="a background response whose server renewed no lease for S seconds (or stopped, "
-                       "on this machine) is marked failed (default 10)")
-    # slow and surplus clients (llmsim.server.deadlines, llmsim.api.front)
-    serve.add_argument("--header-timeout", dest="header_timeout_s", type=float, metavar="S",
-                       help="disconnect a client that has not sent its request head S seconds after "
-                       "connecting (default 10)")
-    serve.add_argument("--body-timeout", dest="body_timeout_s", type=float, metavar="S",
-                       help="answer 408 and close the connection when a request body has not all "
-                       "arrived S seconds after its head (default 30)")
-    serve.add_argument("--max-connections", type=int, metavar="N",
-                       help="beyond N connections with a request in flight or a WebSocket open (per "
-                       "process), answer 503 and close the connection (default: no limit)")
+    return top
+
+
+def _add_record(sub) -> Parser:
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
     record.add_argument("--out", required=True, help="directory the fixtures are written to (made if missing)")
     record.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     record.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    return p
+    return record
 
 
 def _yaml(text: str):
@@ -161,29 +113,42 @@ def _yaml(text: str):
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise argparse.ArgumentTypeError(f"not valid YAML: {exc}") from None
+        raise argparse.ArgumentTypeError(f"not valid YAML: {' '.join(str(exc).split())}") from None
     if isinstance(value, str) and "=" in value:
         pairs = [part.partition("=") for part in value.split(",") if part.strip()]
         value = {key.strip(): yaml.safe_load(raw) for key, _, raw in pairs}
     return value
 
 
+class StartupError(Exception):
+    """The server cannot start (its port taken, its host or store out of reach): one line."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = vars(parser().parse_args(argv))
+    p = parser()
+    namespace, extra = p.parse_known_args(argv)
+    args = vars(namespace)
     command = args.pop("command")
-    if command == "top":                    # a client of a running server: no settings
-        from llmsim.observe.dashboard import main as top
-        return top(**args)
-    if command == "record":                 # a proxy: no settings either
-        return record(**args)
+    if extra:
+        p.commands[command].unknown(extra)
     try:
-        settings = Settings.load(args)
-        if command == "serve":
-            return serve(settings)
+        return COMMANDS[command][1](args)
     except ConfigError as exc:
         print(f"llmsim: configuration error: {exc}", file=sys.stderr)
         return 2
-    return 1
+    except StartupError as exc:
+        print(f"llmsim: cannot start: {exc}", file=sys.stderr)
+        return STARTUP_FAILURE
+
+
+def _run_top(args: dict) -> int:
+    """A client of a running server: no settings."""
+    from llmsim.observe.dashboard import main as top
+    return top(**args)
+
+
+def _run_serve(args: dict) -> int:
+    return serve(Settings.load(args))
 
 
 class Terminated(BaseException):
@@ -211,14 +176,24 @@ def serve(settings: Settings) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _run_record(args: dict) -> int:
+    """A proxy: no settings either."""
+    return record(**args)
+
+
 def record(upstream: str, out: str, host: str, port: int) -> int:
     """`llmsim record`: the recording proxy (llmsim.replay.recorder) until Ctrl-C or SIGTERM."""
     import uvicorn
 
     from llmsim.replay.recorder import create_recorder
-    server = uvicorn.Server(uvicorn.Config(create_recorder(upstream, out), host=host, port=port,
-                                           log_level="warning", access_log=False))
-    server.run()
+    sock = listen(host, port)
+    config = uvicorn.Config(create_recorder(upstream, out), host=host, port=port,
+                            log_level="warning", access_log=False)
+    print(f"llmsim record on {_url(host, sock.getsockname()[1])}: forwarding to {upstream}, "
+          f"writing fixtures to {out} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
     return 0 if server.started else STARTUP_FAILURE
 
 
@@ -231,11 +206,15 @@ def _serve(settings: Settings) -> int:
     from llmsim.server.versions import choose
     settings = settings.replace(server=choose(settings.server))
     tuned = settings.server == "tuned"
+    # the store's form, the port, the host, Redis: one line each, before anything starts; one
+    # tuned process listens on the socket bound here (llmsim.server.accepting)
+    sock = preflight(settings, keep=tuned and settings.workers == 1)
     # --workers share a temp LMDB store (one process keeps its store in memory) and a stats
     # snapshot directory, in memory where there is one; both go when the server stops
     shared = settings.workers > 1
     with _scratch(shared and settings.store is None, "llmsim-") as store_scratch, \
             _scratch(shared and settings.stats_dir is None, "llmsim-stats-", _memory_dir()) as stats_scratch:
+        temp_store = store_scratch is not None
         settings = _shared_paths(settings, store_scratch and Path(store_scratch), stats_scratch and Path(stats_scratch))
         if settings.stats_dir:          # made here: a worker starting as the server stops must
             Path(settings.stats_dir).mkdir(parents=True, exist_ok=True)    # not make it again
@@ -250,16 +229,23 @@ def _serve(settings: Settings) -> int:
             options.update(http="llmsim.server.deadlines:PlainProtocol")
         if settings.workers == 1:
             from llmsim.app import create_app
-            config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
+            try:
+                config = uvicorn.Config(create_app(settings), **options)  # bad settings fail before it listens
+            except BaseException:
+                if sock is not None:
+                    sock.close()
+                raise
             server = uvicorn.Server(config)
-            try:    # tuned: a socket of its own (see llmsim.server.accepting)
-                server.run(sockets=[config.bind_socket()]) if tuned else server.run()
+            banner(settings, sock.getsockname()[1] if sock else settings.port)
+            try:
+                server.run(sockets=[sock] if sock else None)
             except KeyboardInterrupt:   # uvicorn re-raises Ctrl-C once it has shut down
                 pass
             if not server.started:
                 return STARTUP_FAILURE
         else:
             check_in_child(settings)    # bad settings fail before any worker starts
+            banner(settings, settings.port, temp_store)
             os.environ.update(to_worker_environ(settings))
             worker_config = dict(factory=True, workers=settings.workers, **options)
             if not tuned:               # uvicorn's own process manager and socket
@@ -270,6 +256,107 @@ def _serve(settings: Settings) -> int:
                 worker_config["loop"] = "llmsim.server.accepting:new_shared_event_loop"
             run_workers(uvicorn.Config("llmsim.cli:worker_app", **worker_config), settings.reuse_port)
     return 0
+
+
+def preflight(settings: Settings, keep: bool = False) -> socket.socket | None:
+    """What would otherwise fail after start-up, or with a traceback: the store's form, the
+    address (a port taken, a host not of this machine) and a Redis store out of reach. With
+    `keep`, the bound socket, for the server to listen on."""
+    from llmsim.state.store import check_store
+    check_store(settings.store)
+    sock = listen(settings.host, settings.port)
+    try:
+        check_redis(settings.store)
+    except BaseException:
+        sock.close()
+        raise
+    if keep:
+        return sock
+    sock.close()
+    return None
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` as uvicorn's `Config.bind_socket` binds it; StartupError
+    naming the address and the fix when it cannot be."""
+    where = _url(host, port).removeprefix("http://")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (socket.gaierror, UnicodeError) as exc:
+        sock.close()
+        raise StartupError(f"host {host!r} (--host) is not an address of this machine "
+                           f"({getattr(exc, 'strerror', None) or exc}); use e.g. 127.0.0.1, 0.0.0.0 or ::") from None
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"{where}: Address already in use (another server?): stop it, or choose "
+                               "another --port (--port 0 picks a free one)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise StartupError(f"host {host!r} (--host) is not an address of this machine; use e.g. "
+                               "127.0.0.1, 0.0.0.0 or ::") from None
+        if exc.errno == errno.EACCES:
+            raise StartupError(f"{where}: permission denied (ports below 1024 need privileges): choose "
+                               "another --port, e.g. 8080") from None
+        raise StartupError(f"{where}: {exc.strerror or exc}") from None
+    try:
+        sock.listen(BACKLOG)    # claimed now: a second server's bind is refused from here on
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"{where}: Address already in use (another server?): stop it, or choose another "
+                           f"--port (--port 0 picks a free one) ({exc.strerror})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+BACKLOG = 2048      # uvicorn's default
+
+
+def check_redis(target: str | None) -> None:
+    """A Redis store must answer now: a server that cannot reach its store refuses to start."""
+    from llmsim.state.store import REDIS_SCHEMES, shown_store
+    if not target or not target.startswith(REDIS_SCHEMES):
+        return
+    import redis
+    client = redis.Redis.from_url(target, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise StartupError(f"the store {shown_store(target)} does not answer ({' '.join(str(exc).split())}): "
+                           "start Redis there, or choose another --store") from None
+    finally:
+        client.close()
+
+
+def banner(settings: Settings, port: int, temp_store: bool = False) -> None:
+    """What is running, in a few lines on stderr: address, APIs, latency, store, workers."""
+    from llmsim import datafiles
+    from llmsim.api.apis import Apis
+    from llmsim.state.store import shown_store
+    apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)
+    mounts = [f"openai at {', '.join(base or '/' for base in settings.base_paths)}",
+              *(f"{doc.name} at {', '.join(dict.fromkeys(doc.own + doc.shared))}" for doc in apis.documents)]
+    if settings.profile == "instant":
+        latency = "none (--profile instant)"
+    elif settings.profile or settings.ttft_ms is not None or settings.tbt_ms is not None:
+        fixed = [f"{name} {value:g} ms" for name, value in (("ttft", settings.ttft_ms), ("gap", settings.tbt_ms))
+                 if value is not None]
+        latency = ", ".join([*([f"profile {settings.profile}"] if settings.profile else []), *fixed]) \
+            + "; add --profile instant for no latency"
+    else:
+        latency = "each model's profile (seconds per answer); add --profile instant for no latency"
+    store = "a temp LMDB store the workers share" if temp_store else shown_store(settings.store or "memory")
+    workers = f"{settings.workers} worker{'s' if settings.workers > 1 else ''}"
+    lines = [f"llmsim {__version__} serving {_url(settings.host, port)} ({workers}, {settings.server} server)",
+             f"  APIs:    {'; '.join(mounts)}",
+             f"  latency: {latency}",
+             f"  store:   {store}"]
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def run_workers(config, reuse_port: bool) -> None:
@@ -362,6 +449,14 @@ def worker_app():
         from llmsim.server import affinity
         affinity.pin_worker(settings.workers, settings.pin_workers)
     return create_app(settings)
+
+
+# a subcommand: (add its parser to the subparsers, run it with the parsed flags as a dict)
+COMMANDS = {
+    "serve": (_add_serve, _run_serve),
+    "record": (_add_record, _run_record),
+    "top": (_add_top, _run_top),
+}
 
 
 if __name__ == "__main__":

@@ -1,15 +1,22 @@
 """The one frozen `Settings` object and the only reader of `LLMSIM_*` environment variables.
 
-Precedence, lowest first: built-in defaults, the YAML config file (`--config` /
-`LLMSIM_CONFIG`), `LLMSIM_<NAME>` environment variables, command-line flags. Every source
-is checked against `schemas/config.yaml`; a bad value raises ConfigError naming the key,
-where it came from and what is allowed.
+`schemas/config.yaml` is the one source of every setting: its name, group, default, help and
+allowed values. `Settings` holds the typed values (its defaults read from the schema); the
+`serve` flags (llmsim.cli), the environment parsing here and docs/configuration.md's tables
+(`python -m llmsim.settings docs/configuration.md`) are built from it.
+Precedence, lowest first: defaults, the YAML config file (`--config` / `LLMSIM_CONFIG`),
+`LLMSIM_<NAME>` environment variables, command-line flags. Every source is checked against
+the schema; a bad value, an unknown key or an unknown `LLMSIM_*` variable raises ConfigError
+naming it, where it came from and what is allowed (or the closest name).
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
+import re
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,86 +27,119 @@ from llmsim import datafiles
 from llmsim.errors import ConfigError
 
 ENV_PREFIX = "LLMSIM_"
+SCHEMA = datafiles.schema("config")
+PROPERTIES: dict[str, dict] = SCHEMA["properties"]
+GROUPS: dict[str, str] = SCHEMA["groups"]       # group -> its title, in --help's order
+REFERENCE = "docs/configuration.md"             # where every setting is listed
+
+
+def types_of(name: str) -> set[str]:
+    """The JSON types a setting accepts ("string", "integer", ...), from its type or enum."""
+    spec = PROPERTIES[name]
+    if "enum" in spec:
+        return {_json_type(value) for value in spec["enum"]}
+    kind = spec.get("type", [])
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                       (dict, "object"), (list, "array"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return "object"
+
+
+def repeatable(name: str) -> bool:
+    """A list of strings: its flag is given once per item, its variable is comma-separated."""
+    return "array" in types_of(name) and PROPERTIES[name].get("items", {}).get("type") == "string"
+
+
+def default(name: str) -> Any:
+    """The schema's default, typed as `Settings` holds it (a number as float, a list as tuple)."""
+    value = PROPERTIES[name].get("default")
+    if isinstance(value, int) and not isinstance(value, bool) and "integer" not in types_of(name):
+        return float(value)
+    return tuple(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    config: str | None = None
-    profile: str | None = None          # force one latency profile for every model
-    ttft_ms: float | None = None        # force a fixed time to first token
-    tbt_ms: float | None = None         # force a fixed gap between tokens
-    target_tokens: int = 100
-    seed: int | None = None
-    templates: str | None = None        # override directory of templates
-    spec: str | None = None             # override OpenAPI document
-    log_level: str = "info"
-    generator: str = "lorem"
-    fixed_text: str = "This is a simulated response."
-    allow_any_model: bool = False
-    usage_semantics: str | None = None  # alias of compat's usage arithmetic; when set, it wins
-    keepalive_ms: float | None = None
-    tool_call_probability: float = 0.5
-    metrics: bool = True                # live stats (/llmsim/stats, /metrics); off: headers only
-    trace: str | None = None            # JSONL file, one line per request: intended vs actual
-    log_format: str = "off"             # access log on stderr: off | text | json
-    stats_dir: str | None = None        # where --workers share stats snapshots (serve sets one)
-    ws_max_age_s: float = 3600.0        # Responses WebSocket: close connections older than this
-    ws_max_connections: int = 1000      # Responses WebSocket: refuse upgrades beyond this many
-    errors: dict | None = None          # fault kind -> probability per request (llmsim.faults.catalogue)
-    fault_schedule: list | None = None  # scheduled faults: [{kind, count, every, ...}]
-    api_keys: list | None = None        # accepted `Authorization: Bearer` keys (config: auth.api_keys)
-    max_body_bytes: int = 33554432      # larger request bodies get 413
-    store: str | None = None            # memory, lmdb:DIR, SQLite path or redis:// URL (None: memory;
-                                        # serve --workers N: a temp LMDB store)
-    store_max_entries: int = 10000      # stored responses (and conversations) kept
-    store_ttl_s: float | None = 3600.0  # seconds a stored entry lives after its last write
-    workers: int = 1                    # server processes sharing the port
-    reuse_port: bool = True             # --workers: each worker on its own SO_REUSEPORT socket
-    pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
-    data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
-    server: str = "tuned"               # tuned | plain: stock uvicorn and connexion (llmsim.server.versions)
-    compat: str = "llmsim"              # llmsim (the product spec) | openai: where the two differ
-    responses_done: bool = False        # end Responses SSE streams with `data: [DONE]`
-    base_paths: tuple = ("/openai/v1", "/v1")   # where the API document's routes are mounted ("": bare)
-
-    webhook_urls: list | None = None    # where background responses' webhook events go (llmsim.state.webhooks)
-    webhook_secret: str | None = None   # whsec_<base64 key>: signs them (Standard Webhooks)
-    webhook_attempts: int = 5           # tries per delivery before it is dropped
-    webhook_backoff_s: float = 0.5      # first retry's wait; it doubles each retry (capped)
-    webhook_faults: dict | None = None  # {delay_ms: N, duplicate: probability}
-    replay: str | None = None           # directory of fixtures (llmsim record --out) answering matching requests
-    replay_speed: float = 1.0           # recorded times divided by this (0: no waiting)
-    replay_strict: bool = False         # a request no fixture matches gets a 404 instead of a simulated answer
-
-    scenarios: str | None = None        # scenario file: scripted turns and rules (llmsim.sim.scenarios)
-    default_scenario: str | None = None  # the scenario a request naming none plays
-
-    # the serving model (llmsim.state.serving); None: as the model's profile says (off unless it says)
-    max_concurrency: int | None = None  # requests a model answers at once, per process
-    max_queue: int | None = None        # requests waiting for a slot beyond which 429 (None: no cap)
-    prefill_ms_per_token: float | None = None   # TTFT += this per uncached input token
-    load_slowdown: float | None = None  # the gap's factor with every slot busy (1: none)
-    prefix_cache: bool | None = None    # hash input token blocks: cached_tokens, shorter prefill
-    prefix_block_tokens: int = 16       # tokens per cached block
-    prefix_cache_blocks: int = 65536    # blocks kept per model (least recently used out)
-
-    admin_key: str | None = None        # needed by llmsim's own routes that change behaviour (llmsim.api.guard)
-    protect_stats: bool = False         # their read-only routes need a key too
-    store_max_bytes: int | None = None  # LMDB / SQLite store: the file's largest size (full: 503s)
-    graceful_timeout_s: float | None = None     # SIGTERM: streams in flight may finish for this long
-
-    rate_limit_rpm: int | None = None   # requests per minute, every (API key, model) (llmsim.state.ratelimits)
-    rate_limit_tpm: int | None = None   # tokens per minute, every (API key, model)
-    rate_limits: dict | None = None     # {default: {rpm, tpm}, models: {NAME: ...}, keys: {KEY: ...}}
-
-    store_evict_when_full: bool = True  # a full LMDB / SQLite store evicts its oldest entries, then writes
-    background_lease_s: float = 10.0    # a background response whose process renewed no lease for this long
-                                        # (or is gone from this machine) is marked failed (llmsim.state.background)
-    header_timeout_s: float | None = 10.0   # a connection's request head must arrive within this (else closed)
-    body_timeout_s: float | None = 30.0     # a request's body must arrive within this after its head (else 408)
-    max_connections: int | None = None  # connections with a request or WebSocket open, per process, beyond which 503
+    """Every setting, typed; what each means, its default and allowed values: schemas/config.yaml."""
+    # server
+    host: str = default("host")
+    port: int = default("port")
+    config: str | None = default("config")
+    workers: int = default("workers")
+    server: str = default("server")                 # tuned | plain (llmsim.server.versions)
+    reuse_port: bool = default("reuse_port")
+    pin_workers: bool = default("pin_workers")
+    base_paths: tuple = default("base_paths")       # "": the API's routes without a prefix
+    templates: str | None = default("templates")
+    spec: str | None = default("spec")
+    data: str | None = default("data")
+    compat: str = default("compat")
+    usage_semantics: str | None = default("usage_semantics")   # when set, it wins over compat's
+    responses_done: bool = default("responses_done")
+    allow_any_model: bool = default("allow_any_model")
+    api_keys: list | None = default("api_keys")
+    admin_key: str | None = default("admin_key")
+    protect_stats: bool = default("protect_stats")
+    graceful_timeout_s: float | None = default("graceful_timeout_s")
+    # store
+    store: str | None = default("store")            # None: memory (serve --workers N: a temp LMDB store)
+    store_max_entries: int = default("store_max_entries")
+    store_ttl_s: float | None = default("store_ttl_s")
+    store_max_bytes: int | None = default("store_max_bytes")
+    store_evict_when_full: bool = default("store_evict_when_full")
+    background_lease_s: float = default("background_lease_s")
+    # latency and serving
+    profile: str | None = default("profile")
+    ttft_ms: float | None = default("ttft_ms")
+    tbt_ms: float | None = default("tbt_ms")
+    target_tokens: int = default("target_tokens")
+    seed: int | None = default("seed")
+    generator: str = default("generator")
+    fixed_text: str = default("fixed_text")
+    keepalive_ms: float | None = default("keepalive_ms")
+    tool_call_probability: float = default("tool_call_probability")
+    max_concurrency: int | None = default("max_concurrency")   # None: as the model's profile says
+    max_queue: int | None = default("max_queue")
+    prefill_ms_per_token: float | None = default("prefill_ms_per_token")
+    load_slowdown: float | None = default("load_slowdown")
+    prefix_cache: bool | None = default("prefix_cache")
+    prefix_block_tokens: int = default("prefix_block_tokens")
+    prefix_cache_blocks: int = default("prefix_cache_blocks")
+    scenarios: str | None = default("scenarios")
+    default_scenario: str | None = default("default_scenario")
+    replay: str | None = default("replay")
+    replay_speed: float = default("replay_speed")
+    replay_strict: bool = default("replay_strict")
+    # faults
+    errors: dict | None = default("errors")
+    fault_schedule: list | None = default("fault_schedule")
+    # limits
+    rate_limit_rpm: int | None = default("rate_limit_rpm")
+    rate_limit_tpm: int | None = default("rate_limit_tpm")
+    rate_limits: dict | None = default("rate_limits")
+    max_body_bytes: int = default("max_body_bytes")
+    max_connections: int | None = default("max_connections")
+    header_timeout_s: float | None = default("header_timeout_s")
+    body_timeout_s: float | None = default("body_timeout_s")
+    ws_max_age_s: float = default("ws_max_age_s")
+    ws_max_connections: int = default("ws_max_connections")
+    # webhooks
+    webhook_urls: list | None = default("webhook_urls")
+    webhook_secret: str | None = default("webhook_secret")
+    webhook_attempts: int = default("webhook_attempts")
+    webhook_backoff_s: float = default("webhook_backoff_s")
+    webhook_faults: dict | None = default("webhook_faults")
+    # observability
+    log_level: str = default("log_level")
+    log_format: str = default("log_format")
+    metrics: bool = default("metrics")
+    trace: str | None = default("trace")
+    stats_dir: str | None = default("stats_dir")
 
     @property
     def usage(self) -> str:
@@ -141,35 +181,75 @@ class Settings:
 
 
 NAMES = tuple(f.name for f in fields(Settings))
+ALIASES = {alias: name for name in NAMES for alias in PROPERTIES[name].get("aliases", ())}
+# LLMSIM_* variables that are not settings: how `serve` hands settings to its workers, and the
+# path of OpenAI's published document for llmsim's own tests (tests/oai_schemas.py)
+NOT_SETTINGS = frozenset({"WORKER_SETTINGS", "OPENAI_SPEC"})
+
+
+def closest(word: str, known) -> str | None:
+    """The known name nearest to a mistyped `word`, if one is near enough."""
+    found = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def canonical(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """`values` under their settings' own names (aliases resolved); an unknown key raises
+    ConfigError naming the closest setting."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = key if key in PROPERTIES else ALIASES.get(key)
+        if name is None:
+            near = closest(key, [*NAMES, *ALIASES])
+            hint = f"did you mean {near!r}?" if near else f"{REFERENCE} lists every setting"
+            raise ConfigError(f"{source}: unknown setting {key!r}; {hint}")
+        if name in out:
+            raise ConfigError(f"{source}: {name!r} is set twice (also as {key!r}); keep one")
+        out[name] = value
+    return out
 
 
 def build(base: Settings, values: Mapping[str, Any], source: str) -> Settings:
-    unknown = sorted(set(values) - set(NAMES))
-    if unknown:
-        raise ConfigError(f"{source}: unknown setting {unknown[0]!r}; known settings: {', '.join(NAMES)}")
-    datafiles.check(dict(values), "config", source)
+    values = canonical(values, source)
+    datafiles.check(values, "config", source)
     return dataclasses.replace(base, **values)
 
 
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
 def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings among `LLMSIM_*` variables, read as YAML; an unknown one raises ConfigError
+    (`LLMSIM_API_KEY=...` must not start a server without authentication)."""
     values = {}
-    for name in NAMES:
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is None:
+    for var, raw in environ.items():
+        if not var.startswith(ENV_PREFIX) or var[len(ENV_PREFIX):] in NOT_SETTINGS:
             continue
-        try:
-            values[name] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            values[name] = raw
-        if isinstance(values[name], (int, float, bool)) and name in ("host", "fixed_text", "config",
-                                                                  "templates", "spec", "profile", "store",
-                                                                  "trace", "stats_dir", "log_format", "data",
-                                                                  "webhook_secret", "scenarios",
-                                                                  "default_scenario", "admin_key"):
-            values[name] = raw
-        if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
-            values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
+        key = var[len(ENV_PREFIX):].lower()
+        name = key if key in PROPERTIES else ALIASES.get(key)
+        if name is None or var != ENV_PREFIX + key.upper():
+            near = closest(key, [*NAMES, *ALIASES])
+            hint = f"did you mean {env_name(near)}?" if near else f"{REFERENCE} lists every setting"
+            raise ConfigError(f"environment: unknown variable {var}; {hint}")
+        if name in values:
+            raise ConfigError(f"environment: {env_name(name)} is set twice (also as {var}); keep one")
+        values[name] = _env_value(name, raw)
     return values
+
+
+def _env_value(name: str, raw: str) -> Any:
+    if not raw.strip():
+        return None
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    if "string" in types_of(name) and isinstance(value, (bool, int, float)):
+        value = raw                 # LLMSIM_FIXED_TEXT=42, LLMSIM_LOG_FORMAT=off: the text
+    if repeatable(name) and isinstance(value, str):     # LLMSIM_API_KEYS=k1,k2
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    return value
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -196,3 +276,69 @@ def for_worker(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings `serve` handed over (see `to_worker_environ`)."""
     environ = os.environ if environ is None else environ
     return Settings(**json.loads(environ[WORKER_ENV]))
+
+
+# ---- the reference: flags and docs/configuration.md's tables, built from the schema ----------
+def flags(name: str) -> list[str]:
+    """The setting's flags: `--<name with dashes>` (or the schema's `flag`), then its aliases'."""
+    spec = PROPERTIES[name]
+    return [spec.get("flag") or _dashed(name), *(_dashed(alias) for alias in spec.get("aliases", ()))]
+
+
+def _dashed(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def shown_default(name: str) -> str:
+    """The default as the docs and --help show it."""
+    spec = PROPERTIES[name]
+    if "default_text" in spec:
+        return spec["default_text"]
+    value = spec.get("default")
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return f"`{yaml.safe_dump(value, default_flow_style=True, width=1000).removesuffix(chr(10)).removesuffix('...').strip()}`"
+
+
+def _reference_row(name: str) -> str:
+    spec = PROPERTIES[name]
+    boolean = "boolean" in types_of(name)
+    first, *others = flags(name)
+    flag = f"`{first}` / `--no-{first[2:]}`" if boolean else f"`{first} {spec.get('metavar', 'X')}`"
+    flag += " (repeatable)" if repeatable(name) else ""
+    flag += "".join(f" or `{other}`" for other in others)
+    env = f"`{env_name(name)}`" + (" (comma-separated)" if repeatable(name) else "")
+    env += "".join(f" or `{env_name(alias)}`" for alias in spec.get("aliases", ()))
+    key = "—" if name == "config" else f"`{name}`" + "".join(f" or `{a}`" for a in spec.get("aliases", ()))
+    return f"| {flag} | {env} | {key} | {shown_default(name)} | {' '.join(spec['help'].split())} |"
+
+
+def reference() -> str:
+    """docs/configuration.md's tables: one per group, a row per setting."""
+    lines = []
+    for group, title in GROUPS.items():
+        lines += [f"### {title}", "", "| flag | environment | config key | default | meaning |",
+                  "|---|---|---|---|---|"]
+        lines += [_reference_row(name) for name, spec in PROPERTIES.items() if spec["group"] == group]
+        lines.append("")
+    return "\n".join(lines)
+
+
+BEGIN, END = "<!-- settings: built from llmsim/schemas/config.yaml by `python -m llmsim.settings` -->", \
+    "<!-- end of settings -->"
+
+
+def rewrite_reference(path: Path) -> bool:
+    """Put `reference()` between the markers of the page at `path`; whether it changed."""
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    new = pattern.sub(lambda _: f"{BEGIN}\n\n{reference()}\n{END}", text)
+    path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":      # python -m llmsim.settings [docs/configuration.md]
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else REFERENCE)
+    print(f"{target}: {'rewritten' if rewrite_reference(target) else 'already up to date'}")

@@ -65,7 +65,13 @@ class Simulator:
         if settings.profile is not None and settings.profile not in profiles:
             raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
                               f"(allowed: {', '.join(sorted(profiles))})")
-        catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
+        try:
+            catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
+        except ConfigError as exc:      # a --data profiles.yaml replaces ours whole: say so, name it
+            if data("profiles.yaml").parent == datafiles.DATA_DIR:
+                raise
+            raise ConfigError(f"{exc}; {data('profiles.yaml')} replaces the packaged profiles.yaml whole: start "
+                              f"from a copy of {datafiles.DATA_DIR / 'profiles.yaml'}") from None
         # The BPE ranks of most models, loaded now rather than in the first request's TTFT;
         # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used, so a server
         # whose models never use it does not pay its load time and memory.

@@ -23,7 +23,7 @@ collect_ignore = ["plugin_example"]     # the README's example of the plugin: ru
 LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory",
                  "server", "recorded", "renamed", "receiver"}
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
-                "test_deploy", "test_scaleout", "test_data_dir",
+                "test_deploy", "test_scaleout", "test_data_dir", "test_first_hour", "test_docs_examples",
                 # tests/reliability: servers of their own (stopped, killed, filled up)
                 "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
                 "test_abusive_clients", "test_shutdown", "test_slow_clients", "test_store_evicts",
@@ -310,6 +310,12 @@ def redis_url():
     process = RedisProcess()
     yield process.url
     process.stop()
+
+
+def pytest_report_header(config):
+    """Say so when OpenAI's published document is missing (tests/oai_schemas.py: its checks skip)."""
+    import oai_schemas
+    return None if oai_schemas.SPEC_PATH.is_file() else oai_schemas.MISSING
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,8 +1,11 @@
 """Validate JSON that llmsim emits against OpenAI's published OpenAPI document.
 
-The document is ``../shared/openai/openapi.yaml`` beside the repo root
-(OpenAPI 3.1). It is parsed once per process, on first use (~1.5 s), and one
-validator is cached per schema name, so validating an event afterwards is cheap.
+The document (OpenAPI 3.1, https://github.com/openai/openai-openapi) is found at
+``$LLMSIM_OPENAI_SPEC``, by default ``../shared/openai/openapi.yaml`` beside the repo
+root. It is parsed once per process, on first use (~1.5 s), and one validator is cached
+per schema name, so validating an event afterwards is cheap. Without it (a fresh clone
+alone), :func:`validate` runs the SDK-type checks only and :func:`spec` skips the test
+calling it, saying how to get the document; under CI (``CI`` set) a missing one fails.
 
 Schemas are checked with openapi-schema-validator's OAS 3.1 validator against the
 whole document (so every ``$ref`` resolves); ``format`` is not asserted, and the
@@ -29,6 +32,7 @@ Public API: :func:`validate`, :func:`validate_response_event`,
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,7 +46,19 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SPEC_PATH = Path(__file__).resolve().parents[2] / "shared" / "openai" / "openapi.yaml"
+SPEC_PATH = Path(os.environ.get("LLMSIM_OPENAI_SPEC") or REPO_ROOT.parent / "shared" / "openai" / "openapi.yaml")
+MISSING = (f"OpenAI's published OpenAPI document is not at {SPEC_PATH}: get openapi.yaml from "
+           "https://github.com/openai/openai-openapi and set LLMSIM_OPENAI_SPEC to its path "
+           "(checks against it skipped; the SDK-type checks still run)")
+
+
+def available() -> bool:
+    """Whether OpenAI's document is there; under CI it must be."""
+    if SPEC_PATH.is_file():
+        return True
+    if os.environ.get("CI"):
+        raise RuntimeError(MISSING)
+    return False
 DEPARTURES_PATH = REPO_ROOT / "openapi" / "departures.yaml"
 
 _SPEC_URI = "urn:llmsim:openai-openapi"
@@ -72,6 +88,8 @@ def validate(schema_name: str, instance: Any) -> None:
     modified. Raises AssertionError naming the schema, the JSON path and the
     validator message.
     """
+    if not available():
+        return _sdk_check(schema_name, instance)
     validator = _validator(schema_name)
     normalized, applied = _normalize(instance)
     errors = list(validator.iter_errors(normalized))
@@ -91,6 +109,8 @@ def validate_response_event(event: dict) -> None:
     if not isinstance(event, dict):
         raise AssertionError(f"stream event must be a JSON object, got {type(event).__name__}")
     event_type = event.get("type")
+    if not available():
+        return _sdk_check("ResponseStreamEvent", event)
     schema_name = _event_table().get(event_type) if isinstance(event_type, str) else None
     if schema_name is None:
         raise AssertionError(
@@ -129,7 +149,11 @@ def departures() -> list[dict]:
 
 
 def spec() -> dict:
-    """Return the parsed OpenAI OpenAPI document (shared, parsed once; do not mutate)."""
+    """Return the parsed OpenAI OpenAPI document (shared, parsed once; do not mutate); without
+    it, skip the test asking for it."""
+    if not available():
+        import pytest
+        pytest.skip(MISSING)
     _load_spec()
     assert _spec is not None
     return _spec

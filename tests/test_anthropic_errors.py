@@ -75,13 +75,16 @@ def test_a_wrong_x_api_key_is_an_authentication_error(server):
     wrong = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as caught:
         wrong.messages.create(**ARGS)
-    assert caught.value.body["error"]["type"] == "authentication_error"
+    assert caught.value.body["error"] == {"type": "authentication_error", "message": "invalid x-api-key"}
     envelope(httpx.post(server.url + "/v1/messages", json=ARGS, headers={"x-api-key": "nope"}), 401)
 
 
 def test_a_missing_key_is_an_authentication_error(server):
+    """Anthropic's own words, naming its header (not OpenAI's Bearer advice)."""
     body = envelope(httpx.post(server.url + "/anthropic/v1/messages", json=ARGS), 401)
-    assert body["error"]["message"]
+    assert body["error"]["message"] == "x-api-key header is required"
+    body = envelope(httpx.post(server.url + "/v1/messages", json=ARGS, headers={"anthropic-version": "2023-06-01"}), 401)
+    assert body["error"]["message"] == "x-api-key header is required"
 
 
 def test_an_invalid_body_gets_anthropics_envelope(server, client):

@@ -180,9 +180,16 @@ def test_a_missing_or_wrong_key_is_unauthenticated(keyed, auth):
     check_error(generate(keyed, **auth), 401, "UNAUTHENTICATED")
 
 
-def test_a_wrong_key_is_called_incorrect_and_shown_masked(keyed):
+def test_a_wrong_key_is_called_not_valid_naming_googles_places_for_it(keyed):
     error = check_error(generate(keyed, headers={"x-goog-api-key": "gk-wrong-key-1234"}), 401, "UNAUTHENTICATED")
-    assert "Incorrect API key provided: gk-****1234" in error["message"]
+    assert error["message"].startswith("API key not valid.")
+    assert "x-goog-api-key" in error["message"] and "?key=" in error["message"]
+    assert "Bearer" not in error["message"] and "gk-wrong" not in error["message"]
+
+
+def test_a_missing_key_names_googles_places_for_it(keyed):
+    error = check_error(generate(keyed), 401, "UNAUTHENTICATED")
+    assert "x-goog-api-key" in error["message"] and "?key=" in error["message"] and "Bearer" not in error["message"]
 
 
 def test_googles_key_places_do_not_open_openai_routes(keyed):

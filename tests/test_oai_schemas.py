@@ -20,8 +20,8 @@ from oai_schemas import (  # noqa: E402
     validate_ws_error,
 )
 
-if not oai_schemas.SPEC_PATH.is_file():  # pragma: no cover
-    pytest.skip(f"OpenAI spec missing at {oai_schemas.SPEC_PATH}", allow_module_level=True)
+if not oai_schemas.available():  # pragma: no cover
+    pytest.skip(oai_schemas.MISSING, allow_module_level=True)
 
 
 def text_delta(**overrides):

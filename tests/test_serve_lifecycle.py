@@ -40,11 +40,14 @@ def test_ctrl_c_exits_zero_without_a_traceback(workers, server):
     assert "Traceback" not in output
 
 
-def test_start_up_prints_only_uvicorn_info_lines():
+def test_start_up_prints_its_banner_then_only_uvicorn_info_lines():
     server = LiveServer("--profile", "instant")
     server.stop()
     lines = [line for line in server.output().splitlines() if line.strip()]
-    assert lines and all(line.startswith("INFO:") for line in lines), lines
+    banner, rest = lines[:4], lines[4:]
+    assert banner[0].startswith("llmsim ") and [line.split(":")[0] for line in banner[1:]] == \
+        ["  APIs", "  latency", "  store"], lines
+    assert rest and all(line.startswith("INFO:") for line in rest), lines
 
 
 def tmp_scratch(tmp: Path) -> list[str]:

@@ -85,13 +85,63 @@ def test_every_setting_has_a_flag_and_a_config_schema_entry():
     assert names - schema == set(), "settings missing from schemas/config.yaml"
 
 
+def test_the_schema_gives_every_setting_its_group_help_and_default():
+    """Settings' fields are the schema's properties; their defaults are the schema's."""
+    from llmsim import settings as schema
+    names = [f.name for f in fields(Settings)]
+    assert sorted(names) == sorted(schema.PROPERTIES)
+    for field in fields(Settings):
+        spec = schema.PROPERTIES[field.name]
+        assert spec["group"] in schema.GROUPS and spec["help"], field.name
+        assert field.default == schema.default(field.name), field.name
+    assert list(schema.GROUPS) == ["server", "store", "latency and serving", "faults", "limits", "webhooks",
+                                   "observability"]
+
+
+def test_help_is_grouped_as_the_schema_groups_settings():
+    from llmsim import settings as schema
+    text = " ".join(parser().commands["serve"].format_help().split())
+    positions = [text.index(title + ":") for title in schema.GROUPS.values()]
+    assert positions == sorted(positions)
+    assert "--store URL" in text and "(default: 10000)" in text
+
+
+@pytest.mark.parametrize("argv, environ, config", [
+    (["--graceful-timeout", "5"], {}, {}),
+    (["--graceful-timeout-s", "5"], {}, {}),
+    ([], {"LLMSIM_GRACEFUL_TIMEOUT": "5"}, {}),
+    ([], {"LLMSIM_GRACEFUL_TIMEOUT_S": "5"}, {}),
+    ([], {}, {"graceful_timeout": 5}),
+    ([], {}, {"graceful_timeout_s": 5}),
+])
+def test_the_timeouts_take_both_spellings_everywhere(tmp_path, argv, environ, config):
+    if config:
+        argv = [*argv, "--config", write_config(tmp_path, config)]
+    assert load(argv, environ).graceful_timeout_s == 5
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"LLMSIM_API_KEY": "sk-x"}, "environment: unknown variable LLMSIM_API_KEY; did you mean LLMSIM_API_KEYS?"),
+    ({"LLMSIM_PROFLE": "instant"}, "did you mean LLMSIM_PROFILE?"),
+    ({"LLMSIM_COLOUR": "blue"}, "docs/configuration.md lists every setting"),
+])
+def test_an_unknown_llmsim_variable_stops_start_up_naming_the_closest(environ, message):
+    with pytest.raises(ConfigError, match=message.replace("?", r"\?")):
+        load(environ=environ)
+
+
+def test_variables_that_are_not_settings_are_left_alone():
+    assert load(environ={"LLMSIM_OPENAI_SPEC": "/x.yaml", "LLMSIM_WORKER_SETTINGS": "{}"}).port == 8080
+
+
 @pytest.mark.parametrize("values, key, allowed", [
     ({"generator": "shakespeare"}, "generator", "lorem, echo, fixed, random, sequence"),
     ({"port": 70000}, "port", "0-65535"),
     ({"target_tokens": -5}, "target_tokens", "0-1000000"),
     ({"usage_semantics": "mine"}, "usage_semantics", "openai"),
     ({"log_level": "loud"}, "log_level", "critical, error, warning, info, debug, trace"),
-    ({"colour": "blue"}, "colour", "known settings"),
+    ({"colour": "blue"}, "colour", "docs/configuration.md lists every setting"),
+    ({"sed": 4}, "sed", "did you mean 'seed'?"),
 ])
 def test_bad_config_value_names_key_and_what_is_allowed(tmp_path, values, key, allowed):
     with pytest.raises(ConfigError) as caught:

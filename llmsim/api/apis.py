@@ -8,6 +8,7 @@ is read from the documents; nothing here names a provider.
       errors: anthropic_errors          # the template of its error envelope
       header: anthropic-version         # optional: this header claims a request (below)
       shared: [/v1]                     # optional: base paths it shares with the OpenAI document
+      unauthenticated: {missing: ..., invalid: ...}     # optional: its 401 messages
     components:
       securitySchemes:                  # apiKey schemes: where else a key may be sent
         ApiKey: {type: apiKey, in: header, name: x-api-key}
@@ -47,6 +48,7 @@ class Document:
     paths: re.Pattern | None       # its paths that the OpenAI document lacks
     key_headers: tuple[bytes, ...]  # headers that may carry an API key (apiKey schemes)
     key_params: tuple[str, ...]    # query parameters that may carry one
+    unauthenticated: dict | None = None     # a 401's message: {missing, invalid}, as its provider words it
 
     def keys(self, scope, headers: dict) -> list[bytes]:
         """The keys the request sends where this document takes them."""
@@ -75,7 +77,8 @@ def _document(path: Path, taken: set[str]) -> Document:
                     tuple(b.rstrip("/") for b in marks.get("shared") or ()),
                     re.compile("|".join(mine)) if mine else None,
                     tuple(s["name"].lower().encode() for s in schemes if s.get("in") == "header"),
-                    tuple(s["name"] for s in schemes if s.get("in") == "query"))
+                    tuple(s["name"] for s in schemes if s.get("in") == "query"),
+                    marks.get("unauthenticated"))
 
 
 class Apis:

@@ -59,7 +59,7 @@ class Guard:
         elif self.keys and self._protected(path):
             others = self._other_keys(scope, headers)
             if not self._authorized(headers, self.keys, others):
-                raise _auth_error(headers, others)
+                raise _auth_error(headers, others, self._document(scope))
         if scope["type"] == "http":
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.limit:
@@ -119,6 +119,9 @@ class Guard:
                     found |= hmac.compare_digest(sent, key)
         return found
 
+    def _document(self, scope):
+        return self.apis.of(scope["path"]) if self.apis is not None else None
+
     def _other_keys(self, scope, headers: dict) -> list[bytes]:
         """The keys sent where the path's API document also takes them."""
         document = self.apis.of(scope["path"]) if self.apis is not None else None
@@ -153,8 +156,13 @@ async def refuse_websocket(scope, send, error: APIError, body: bytes) -> None:
     await send({"type": "websocket.http.response.body", "body": body})
 
 
-def _auth_error(headers: dict, others: list[bytes] = ()) -> AuthenticationError:
+def _auth_error(headers: dict, others: list[bytes] = (), document=None) -> AuthenticationError:
+    """A 401 worded as the API's provider words it: its document's `unauthenticated`
+    messages (Anthropic's, Gemini's), else OpenAI's."""
     given = headers.get(b"authorization")
+    worded = getattr(document, "unauthenticated", None)
+    if worded:
+        return AuthenticationError(worded["missing" if not given and not others else "invalid"])
     if not given and not others:
         return AuthenticationError(
             "You didn't provide an API key. You need to provide your API key in an Authorization "

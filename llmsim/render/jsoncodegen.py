@@ -384,12 +384,13 @@ class JsonCodegen:
                     return code
                 native = pyexpr.python_source(source, set(self.compiler.env.globals))
                 if native is not None:
-                    code = native[0]
+                    code, spliced = native[0], False
                     for name in native[1]:
                         read = self._var(name)
                         if read != f"_n_{name}":        # a `$with` variable of an inlined object
                             code = re.sub(rf"\b_n_{name}\b", lambda _, read=read: read, code)
-                    return f"({code})"
+                            spliced |= not read.isidentifier()
+                    return f"({pyexpr.fold_constant_tests(code) if spliced else code})"
             elif "{{" not in node and "{%" not in node:
                 return repr(node)
             else:

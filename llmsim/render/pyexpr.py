@@ -105,6 +105,26 @@ def _translate(source: str) -> str | None:
         return None
 
 
+def _fold_is(node: ast.Compare) -> ast.Constant | None:
+    """`0 is None` (a constant tested with `is`): its known result (Python warns of the test)."""
+    if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and \
+            isinstance(node.left, ast.Constant) and isinstance(node.comparators[0], ast.Constant):
+        same = node.left.value is node.comparators[0].value
+        return ast.copy_location(ast.Constant(same == isinstance(node.ops[0], ast.Is)), node)
+    return None
+
+
+class _FoldIs(ast.NodeTransformer):
+    def visit_Compare(self, node: ast.Compare):
+        return _fold_is(node) or self.generic_visit(node)
+
+
+def fold_constant_tests(code: str) -> str:
+    """Generated `code` with each constant's `is` test folded: a `$with` constant spliced in
+    for a variable (`7 is None`) is known."""
+    return ast.unparse(_FoldIs().visit(ast.parse(code, mode="eval")))
+
+
 class _Rewrite(ast.NodeTransformer):
     """Names -> _name(ctx, 'name') (globals stay globals); `a.b` -> _attr(a, 'b'); `a[k]` ->
     _item(a, k)."""
@@ -120,11 +140,7 @@ class _Rewrite(ast.NodeTransformer):
             call = ast.Call(ast.Name(test.id, ast.Load()), [self.visit(node.left)], [])
             result = call if isinstance(node.ops[0], ast.Is) else ast.UnaryOp(ast.Not(), call)
             return ast.copy_location(result, node)
-        if isinstance(node.left, ast.Constant) and isinstance(test, ast.Constant) and \
-                isinstance(node.ops[0], (ast.Is, ast.IsNot)):       # `0 is none`: known (Python warns of it)
-            return ast.copy_location(ast.Constant((node.left.value is test.value) == isinstance(node.ops[0], ast.Is)),
-                                     node)
-        return self.generic_visit(node)
+        return _fold_is(node) or self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name):
         if node.id in self.global_names or node.id in ("None", "True", "False"):

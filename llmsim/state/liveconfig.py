@@ -184,13 +184,22 @@ class LiveConfig:
         return {key.decode(): orjson.loads(value) for key, value in raw.items()}
 
     async def _poll(self) -> None:
+        """Read Redis's changes every POLL_S; Redis going away and coming back is logged
+        once each (not once a poll)."""
+        away = False
         while True:
             try:
                 changes = await self._read_redis()
+                if away:
+                    log.warning("shared settings: Redis answers again")
+                    away = False
                 if changes is not None:
                     self._use(changes)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:                # Redis away for a while: try again
-                log.warning("%s: reading the shared settings failed: %s", SOURCE, exc)
+                if not away:
+                    log.warning("shared settings: cannot read them from Redis (%s); retrying every %g s",
+                                " ".join(str(exc).split()), POLL_S)
+                    away = True
             await asyncio.sleep(POLL_S)

@@ -26,7 +26,7 @@ import orjson
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
+from redis.asyncio.retry import Retry     # (the sync one warns, handed to the async client)
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
