@@ -146,6 +146,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, metavar="N",
                        help="beyond N connections with a request in flight or a WebSocket open (per "
                        "process), answer 503 and close the connection (default: no limit)")
+    serve.add_argument("--otlp-endpoint", metavar="URL", help="send OpenTelemetry traces and metrics "
+                       "(GenAI conventions) to this OTLP/HTTP base URL, e.g. http://127.0.0.1:4318 (default: "
+                       "as the OTEL_* variables say; off without them)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")

@@ -100,6 +100,7 @@ class Settings:
     header_timeout_s: float | None = 10.0   # a connection's request head must arrive within this (else closed)
     body_timeout_s: float | None = 30.0     # a request's body must arrive within this after its head (else 408)
     max_connections: int | None = None  # connections with a request or WebSocket open, per process, beyond which 503
+    otlp_endpoint: str | None = None    # OpenTelemetry: OTLP/HTTP base URL for traces and metrics (llmsim.observe.tracing)
 
     @property
     def usage(self) -> str:
