@@ -15,6 +15,7 @@ Metrics are aggregated here and sent as opentelemetry-sdk `MetricsData` by its O
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
 import os
 import queue
@@ -23,7 +24,7 @@ import socket
 import struct
 import threading
 import time
-import urllib.request
+import urllib.parse
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
@@ -175,6 +176,8 @@ K_REASONING = _key("gen_ai.usage.reasoning.output_tokens")
 K_CACHED = _key("gen_ai.usage.cache_read.input_tokens")
 K_TTFC = _key("gen_ai.response.time_to_first_chunk")
 FIRST_TOKEN_EVENT = _field(b"\x12", b"gen_ai.first_token")     # Event.name
+# Span.flags (field 16, fixed32): sampled, and whether the parent is remote (known: 0x100; is: 0x200)
+FLAGS_LOCAL, FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x101), b"\x85\x01" + struct.pack("<I", 0x301)
 
 
 def _kv_str(key: bytes, value: str) -> bytes:
@@ -224,54 +227,6 @@ def parse_traceparent(value: bytes | None) -> tuple[bytes, bytes, int] | None:
         return None
 
 
-def _dig(body, path: tuple[str, ...]):
-    for part in path:
-        if not isinstance(body, dict):
-            return None
-        body = body.get(part)
-    return body
-
-
-def _first(body, paths):
-    for path in paths:
-        value = _dig(body, path)
-        if value is not None:
-            return value
-    return None
-
-
-def facts(api, plan, given) -> tuple:
-    """What a span and the metrics need from a plan: (request model, response model, response id,
-    usage or None, finish reasons, max_tokens, temperature, ttft, generation end) (seconds after
-    the plan's clock started, without the delay)."""
-    if plan is None:
-        model = given.get("model") if given else None
-        return (model, None, None, None, (), given and given.get("max_tokens"),
-                given and given.get("temperature"), None, None)
-    req = getattr(plan, "req", None) or {}
-    model = (given and given.get("model")) or req.get("model") or plan.model
-    max_tokens = given.get("max_tokens") if given and given.get("max_tokens") is not None \
-        else _first(req, api.max_tokens)
-    temperature = given.get("temperature") if given and given.get("temperature") is not None \
-        else _first(req, api.temperature)
-    reasons: tuple = ()
-    source = api.finish_from
-    if source == "choices":
-        rename = api.rename
-        reasons = tuple(rename.get(c.finish_reason, c.finish_reason) for c in getattr(plan, "choices", ())
-                        if getattr(c, "finish_reason", None))
-    elif source == "stop_reason":
-        reasons = (plan.stop_reason,) if getattr(plan, "stop_reason", None) else ()
-    elif source == "status":
-        reason = getattr(plan, "incomplete_reason", None) or getattr(plan, "status", None)
-        reasons = (reason,) if reason else ()
-    return (model, plan.model, getattr(plan, "id", None), plan.usage, reasons,
-            max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None,
-            float(temperature) if isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-            else None,
-            getattr(plan, "first_token_at", None), getattr(plan, "end_at", None))
-
-
 class Hist:
     __slots__ = ("counts", "sum", "count", "min", "max")
 
@@ -311,12 +266,13 @@ class Metrics:
         self.started = started_ns
         self.series: list[dict[tuple, Hist]] = [{} for _ in METRICS]
 
-    def add(self, index: int, attrs: tuple, value: float) -> None:
+    def hist(self, index: int, attrs: tuple) -> Hist:
+        """The histogram of metric `index` (METRICS) for these attributes."""
         series = self.series[index]
-        hist = series.get(attrs)
-        if hist is None:
-            hist = series[attrs] = Hist(METRICS[index][3])
-        hist.add(value, METRICS[index][3])
+        found = series.get(attrs)
+        if found is None:
+            found = series[attrs] = Hist(METRICS[index][3])
+        return found
 
     def data(self, resource: Resource, now_ns: int) -> MetricsData | None:
         metrics = []
@@ -345,7 +301,8 @@ class Exporter:
         self.dropped = 0                        # records beyond the queue's size
         self.wake = threading.Event()
         self.sends: queue.Queue = queue.Queue(SENDS_QUEUED)
-        self.shapes: dict[tuple, bytes] = {}
+        self.shapes: dict[tuple, tuple] = {}
+        self.usages: dict[tuple, bytes] = {}
         self.metrics = Metrics(time.time_ns())
         self.metric_exporter = None
         if config.metrics_url:
@@ -355,6 +312,7 @@ class Exporter:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._failing: str | None = None
+        self._connection: http.client.HTTPConnection | None = None     # the sender's
         self._ratio_bound = TraceIdRatioBased.get_bound_for_rate(config.ratio)
 
     # -- the event loop's side ---------------------------------------------------------------
@@ -427,79 +385,85 @@ class Exporter:
 
     def record(self, record: tuple) -> bytes | None:
         """Add one request to the metrics; its span's encoding when it is sampled."""
-        (api, method, path, status, error, injected, wall, duration, traceparent, tracestate, agent, plan,
-         stream, delay, given) = record
-        (model, response_model, response_id, usage, reasons, max_tokens, temperature, first_at, end_at
-         ) = facts(api, plan, given)
+        (api, method, path, status, error, injected, wall, duration, traceparent, tracestate, agent, stream,
+         delay, model, response_model, response_id, usage, reasons, max_tokens, temperature, first_at, end_at
+         ) = record
         if error is None and (status >= 400 or not status):
             error = str(status) if status else "no_response"
-        ok = error is None
-        attrs = (("gen_ai.operation.name", api.operation), ("gen_ai.provider.name", api.provider),
-                 ("gen_ai.request.model", model), ("gen_ai.response.model", response_model))
-        attrs = tuple(pair for pair in attrs if pair[1] is not None)
-        metrics = self.metrics
-        metrics.add(0, attrs + (("error.type", error),) if error else attrs, duration)
-        output = input_tokens = 0
+        key = (api, method, path, status, error, injected, model, response_model, reasons, max_tokens,
+               temperature, stream, agent)
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self._shape(*key)
+            if len(self.shapes) < MAX_SHAPES:
+                self.shapes[key] = shape
+        head, duration_hist, ttft_hist, tpot_hist, input_hist, output_hist = shape
+        duration_hist.add(duration, DURATION_BOUNDS)
+        output = 0
         if usage is not None:
-            input_tokens, output = usage.input_tokens, usage.output_tokens
-            metrics.add(3, attrs + (("gen_ai.token.type", "input"),), input_tokens)
-            metrics.add(3, attrs + (("gen_ai.token.type", "output"),), output)
+            input_tokens, output, reasoning, cached = usage
+            input_hist.add(input_tokens, TOKEN_BOUNDS)
+            output_hist.add(output, TOKEN_BOUNDS)
         ttft = None
-        if first_at is not None and end_at:     # a planned answer with simulated time
+        if first_at is not None:                # a planned answer
             ttft = first_at + delay
-            if ok and output:
-                metrics.add(1, attrs, ttft)
-                if output > 1:
-                    metrics.add(2, attrs, (end_at - first_at) / (output - 1))
-        elif first_at is not None and ok and output:
-            ttft = 0.0
-            metrics.add(1, attrs, 0.0)
+            if error is None and output:
+                ttft_hist.add(ttft, TTFT_BOUNDS)
+                if output > 1 and end_at:
+                    tpot_hist.add((end_at - first_at) / (output - 1), TPOT_BOUNDS)
+        if self.config.traces_url is None:
+            return None
         # the span
-        parent = parse_traceparent(traceparent) if traceparent else None
         rng = self.rng
+        parent = parse_traceparent(traceparent) if traceparent else None
         if parent is not None:
             trace_id = parent[0]
-            if self.config.parent_based and not parent[2] & 1:
+            if self.config.parent_based:
+                if not parent[2] & 1:
+                    return None
+            elif self._ratio_bound <= int.from_bytes(trace_id[8:], "big"):
                 return None
         else:
             trace_id = rng.getrandbits(128).to_bytes(16, "big")
-            tracestate = None
-        if (parent is None or not self.config.parent_based) and self._ratio_bound <= (
-                int.from_bytes(trace_id[8:], "big") & TraceIdRatioBased.TRACE_ID_LIMIT):
-            return None
-        shape = (api.name, method, path, status, error, injected, model, response_model, reasons, max_tokens,
-                 temperature, stream, agent)
-        head = self.shapes.get(shape)
-        if head is None:
-            head = self._shape(api, method, path, status, error, injected, model, response_model, reasons,
-                               max_tokens, temperature, stream, agent)
-            if len(self.shapes) < MAX_SHAPES:
-                self.shapes[shape] = head
+            if self._ratio_bound <= int.from_bytes(trace_id[8:], "big"):
+                return None
         start = int(wall * 1e9)
         parts = [head, b"\x0a\x10", trace_id, b"\x12\x08", rng.getrandbits(64).to_bytes(8, "big"),
-                 b"\x39", _pack64(start), b"\x41", _pack64(start + int(duration * 1e9)),
-                 b"\x85\x01", struct.pack("<I", 0x101 | (0x200 if parent is not None else 0))]
+                 b"\x39", _pack64(start), b"\x41", _pack64(start + int(duration * 1e9))]
         if parent is not None:
-            parts += (b"\x22\x08", parent[1])
+            parts += (FLAGS_REMOTE, b"\x22\x08", parent[1])
             if tracestate:
                 parts.append(_field(b"\x1a", tracestate))
+        else:
+            parts.append(FLAGS_LOCAL)
         if response_id:
             parts.append(_kv_str(K_RESPONSE_ID, response_id))
         if usage is not None:
-            parts += (_kv_int(K_INPUT, input_tokens), _kv_int(K_OUTPUT, output))
-            if usage.reasoning_tokens:
-                parts.append(_kv_int(K_REASONING, usage.reasoning_tokens))
-            if usage.cached_tokens:
-                parts.append(_kv_int(K_CACHED, usage.cached_tokens))
+            parts.append(self._usage(usage))
         if ttft is not None and output:
             if stream:
                 parts.append(_kv_double(K_TTFC, ttft))
             parts.append(_field(b"\x5a", b"\x09" + _pack64(start + int(ttft * 1e9)) + FIRST_TOKEN_EVENT))
         return b"".join(parts)
 
+    def _usage(self, usage: tuple) -> bytes:
+        """The usage attributes, encoded (answers alike share them: cached)."""
+        found = self.usages.get(usage)
+        if found is None:
+            input_tokens, output, reasoning, cached = usage
+            found = _kv_int(K_INPUT, input_tokens) + _kv_int(K_OUTPUT, output)
+            if reasoning:
+                found += _kv_int(K_REASONING, reasoning)
+            if cached:
+                found += _kv_int(K_CACHED, cached)
+            if len(self.usages) < MAX_SHAPES:
+                self.usages[usage] = found
+        return found
+
     def _shape(self, api, method, path, status, error, injected, model, response_model, reasons, max_tokens,
-               temperature, stream, agent) -> bytes:
-        """What requests alike share, encoded once: name, kind, attributes, status."""
+               temperature, stream, agent) -> tuple:
+        """What requests alike share: their span's name, kind, attributes and status encoded
+        once, and their metrics' histograms (duration, ttft, tpot, input and output tokens)."""
         config = self.config
         route = path
         if "/models/" in path and ":" in path.rsplit("/", 1)[-1]:       # Gemini: the model is in the path
@@ -520,7 +484,11 @@ class Exporter:
         failed = error is not None and (status >= 500 or not status or injected)
         span = Span(name=name, kind=Span.SPAN_KIND_SERVER, attributes=_attributes(pairs),
                     status=Status(code=Status.STATUS_CODE_ERROR, message=error) if failed else None)
-        return span.SerializeToString()
+        metrics = self.metrics
+        attrs = tuple((k, v) for k, v in pairs[:4] if v is not None)     # the metrics' attributes
+        return (span.SerializeToString(), metrics.hist(0, attrs + (("error.type", error),) if error else attrs),
+                metrics.hist(1, attrs), metrics.hist(2, attrs), metrics.hist(3, attrs + (("gen_ai.token.type", "input"),)),
+                metrics.hist(3, attrs + (("gen_ai.token.type", "output"),)))
 
     def _request_head(self) -> tuple[bytes, bytes]:
         """ExportTraceServiceRequest's framing around the spans: resource and scope."""
@@ -553,15 +521,35 @@ class Exporter:
                 self._failed(f"{type(exc).__name__}: {exc}")
 
     def _send_spans(self, spans: list[bytes]) -> None:
+        """POST one batch on a kept-alive connection (made again after an error)."""
         config = self.config
         data = self.spans_request(spans)
         headers = {"Content-Type": "application/x-protobuf", **config.headers}
         if config.gzip:
             data = gzip.compress(data)
             headers["Content-Encoding"] = "gzip"
-        request = urllib.request.Request(config.traces_url, data=data, method="POST", headers=headers)
-        with urllib.request.urlopen(request, timeout=config.timeout) as response:
-            response.read()
+        url = urllib.parse.urlsplit(config.traces_url)
+        for attempt in (1, 2):          # a kept-alive connection the collector closed: once more, anew
+            fresh = self._connection is None
+            if fresh:
+                kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+                self._connection = kind(url.netloc, timeout=config.timeout)
+            try:
+                self._connection.request("POST", url.path or "/", data, headers)
+                response = self._connection.getresponse()
+                response.read()
+            except (http.client.HTTPException, OSError):
+                self._connection.close()
+                self._connection = None
+                if fresh or attempt == 2:
+                    raise
+                continue
+            if response.will_close:
+                self._connection.close()
+                self._connection = None
+            break
+        if response.status >= 300:
+            raise OSError(f"HTTP {response.status} {response.reason}")
         self._recovered()
 
     def _send_metrics(self, data: MetricsData) -> None:

@@ -12,6 +12,7 @@ where a body keeps max_tokens and temperature, per API: llmsim/data/genai.yaml.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ TRACEPARENT, TRACESTATE, USER_AGENT = b"traceparent", b"tracestate", b"user-agen
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                       "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
 MAX_PATHS = 256         # request paths whose API is remembered
+log = logging.getLogger("llmsim")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)     # hashed by identity: one per API
 class Api:
     """One API's names (llmsim/data/genai.yaml)."""
     name: str                                   # llmsim's: responses, chat, ... (stats' endpoint names)
@@ -52,11 +54,61 @@ def load_apis(path) -> dict[str, Api]:
     return apis
 
 
-# The record of one generating request, as the exporter reads it (a tuple: cheap to make on the loop).
-# api, method, path, status, error, injected, wall (start, epoch s), duration (s), traceparent,
-# tracestate, user agent (bytes or None), plan (or None), stream, delay (s before the plan's clock
-# started), given ({model, max_tokens, temperature} the caller passed to `start`, or None).
+# The record of one generating request, as the exporter reads it: a tuple of plain values (cheap to
+# make on the loop, and it keeps no plan alive): api, method, path, status, error, injected, wall
+# (start, epoch s), duration (s), traceparent, tracestate, user agent (bytes or None), stream,
+# delay (s before the plan's clock started), then `facts`' nine values.
 Record = tuple
+
+
+def _first(body, paths):
+    """The value at the first of `paths` (each a tuple of keys) the body has."""
+    for path in paths:
+        value = body
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return None
+
+
+def facts(api: Api, plan, given: dict | None) -> tuple:
+    """What the span and the metrics need of a planned answer: (request model, response model,
+    response id, usage as (input, output, reasoning, cached) tokens, finish reasons, max_tokens,
+    temperature, first token at, end at) (seconds after the plan's clock started; None without
+    a plan). `given`: what the caller of `Tracing.start` said of the request, preferred."""
+    if plan is None:
+        if not given:
+            return None, None, None, None, (), None, None, None, None
+        return given["model"], None, None, None, (), given["max_tokens"], given["temperature"], None, None
+    req = getattr(plan, "req", None) or {}
+    max_tokens = _first(req, api.max_tokens) if api.max_tokens else None
+    temperature = _first(req, api.temperature) if api.temperature else None
+    model = req.get("model") or plan.model
+    if given:
+        model = given["model"] or model
+        max_tokens = given["max_tokens"] if given["max_tokens"] is not None else max_tokens
+        temperature = given["temperature"] if given["temperature"] is not None else temperature
+    if type(max_tokens) is not int:
+        max_tokens = None
+    if temperature is not None:
+        temperature = float(temperature) if type(temperature) in (int, float) else None
+    source = api.finish_from
+    if source == "choices":
+        rename = api.rename
+        reasons = tuple([rename.get(c.finish_reason, c.finish_reason) for c in plan.choices if c.finish_reason])
+    elif source == "stop_reason":
+        reasons = (plan.stop_reason,) if plan.stop_reason else ()
+    elif source == "status":
+        reason = plan.incomplete_reason or plan.status
+        reasons = (reason,) if reason else ()
+    else:
+        reasons = ()
+    u = plan.usage
+    usage = (u.input_tokens, u.output_tokens, getattr(u, "reasoning_tokens", 0), getattr(u, "cached_tokens", 0)) \
+        if u is not None else None
+    return (model, plan.model, getattr(plan, "id", None), usage, reasons, max_tokens, temperature,
+            plan.first_token_at, plan.end_at)
 
 
 class Call:
@@ -79,13 +131,14 @@ class Call:
 
     def end(self, status: int, error_type: str | None = None, injected: bool = False) -> None:
         """Answered with `status` (0: no answer); `error_type`: the error's code, if any."""
-        if self.api is None:
+        api = self.api
+        if api is None:
             return
         headers = self.headers
-        self.tracing.exporter.offer((self.api, self.method, self.path, status, error_type, injected, self.wall,
+        self.tracing.exporter.offer((api, self.method, self.path, status, error_type, injected, self.wall,
                                      time.perf_counter() - self.start, headers.get(TRACEPARENT),
-                                     headers.get(TRACESTATE), headers.get(USER_AGENT), self.plan, self.stream,
-                                     self.delay, self.given))
+                                     headers.get(TRACESTATE), headers.get(USER_AGENT), self.stream, self.delay,
+                                     *facts(api, self.plan, self.given)))
 
 
 class Tracing:
@@ -136,9 +189,14 @@ class Tracing:
         if api is None:
             return
         headers = ex.request_headers or {}
-        self.exporter.offer((api, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, now - ex.start,
-                             headers.get(TRACEPARENT), headers.get(TRACESTATE), headers.get(USER_AGENT), plan,
-                             ex.stream, ex.delay, None))
+        try:
+            record = (api, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, now - ex.start,
+                      headers.get(TRACEPARENT), headers.get(TRACESTATE), headers.get(USER_AGENT), ex.stream,
+                      ex.delay, *facts(api, plan, None))
+        except Exception:       # a plan of a shape genai.yaml does not foresee: never the request's end
+            log.exception("OpenTelemetry: could not note a %s request", api.name)
+            return
+        self.exporter.offer(record)
 
 
 def wanted(settings, environ: Mapping[str, str]) -> str | None:
