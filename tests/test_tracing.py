@@ -12,10 +12,10 @@ import openai
 import pytest
 from google import genai
 from google.genai import types
-from otlp_receiver import Receiver
 
 from llmsim import cli
 from llmsim.settings import Settings
+from otlp_receiver import Receiver
 
 SERVER = 2                  # SpanKind SERVER / CLIENT in OTLP
 CLIENT = 3
@@ -185,7 +185,8 @@ def test_the_genai_server_metrics_arrive(server, receiver):
     # cumulative: the latest point of each series counts all three requests
     assert receiver.wait(lambda r: any(m["count"] == 3 for m in series(r, "gen_ai.server.request.duration")))
     for name in ("gen_ai.server.time_to_first_token", "gen_ai.server.time_per_output_token"):
-        assert receiver.wait(lambda r: any(m["count"] == 3 and m["unit"] == "s" for m in series(r, name))), name
+        assert receiver.wait(lambda r, name=name: any(m["count"] == 3 and m["unit"] == "s"
+                                                      for m in series(r, name))), name
     output = sum(a.usage.completion_tokens for a in answers)
     assert receiver.wait(lambda r: any(m["sum"] == output for m in series(
         r, "gen_ai.server.token.usage", **{"gen_ai.token.type": "output"})))
