@@ -199,7 +199,6 @@ def test_the_genai_server_metrics_arrive(server, receiver):
 def test_without_opentelemetry_installed_it_is_one_line_when_asked_for_and_nothing_when_not(
         monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "opentelemetry", None)      # as if not installed
-    monkeypatch.setitem(sys.modules, "llmsim.observe.otlp", None)
     for name in list(sys.modules):
         if name.startswith("opentelemetry."):
             monkeypatch.setitem(sys.modules, name, None)

@@ -4,9 +4,9 @@ semantic conventions say, and the conventions' server metrics, sent over OTLP/HT
 Off unless `otlp_endpoint` or the standard `OTEL_EXPORTER_OTLP_*ENDPOINT` variables ask for it:
 `create` then returns None, nothing here runs and opentelemetry is never imported (the observer
 tests one attribute per request). When on, the event loop only notes each generating request
-(`Call.end` / `observed`: one tuple appended to a bounded deque); the exporter threads of
-llmsim.observe.otlp, the only module that imports opentelemetry, turn the notes into spans and
-metric points and send them in batches. An incoming W3C `traceparent` makes the span its child
+(`Call.end` / `observed`: one tuple of plain values appended to a bounded deque); llmsim.observe.otlp
+ships them in batches to an exporter process (llmsim.observe.otlp_export, the only code that imports
+opentelemetry), which turns them into spans and metric points and sends them. An incoming W3C `traceparent` makes the span its child
 (same trace id, its span as parent); a `tracestate` is kept on the span. Provider, operation and
 where a body keeps max_tokens and temperature, per API: llmsim/data/genai.yaml.
 """
@@ -16,10 +16,11 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from llmsim import datafiles
 from llmsim.errors import ConfigError
+from llmsim.observe import otlp
 
 TRACEPARENT, TRACESTATE, USER_AGENT = b"traceparent", b"tracestate", b"user-agent"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -135,7 +136,7 @@ class Call:
         if api is None:
             return
         headers = self.headers
-        self.tracing.exporter.offer((api, self.method, self.path, status, error_type, injected, self.wall,
+        self.tracing.exporter.offer((api.name, self.method, self.path, status, error_type, injected, self.wall,
                                      time.perf_counter() - self.start, headers.get(TRACEPARENT),
                                      headers.get(TRACESTATE), headers.get(USER_AGENT), self.stream, self.delay,
                                      *facts(api, self.plan, self.given)))
@@ -190,7 +191,7 @@ class Tracing:
             return
         headers = ex.request_headers or {}
         try:
-            record = (api, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, now - ex.start,
+            record = (api.name, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, now - ex.start,
                       headers.get(TRACEPARENT), headers.get(TRACESTATE), headers.get(USER_AGENT), ex.stream,
                       ex.delay, *facts(api, plan, None))
         except Exception:       # a plan of a shape genai.yaml does not foresee: never the request's end
@@ -208,8 +209,8 @@ def wanted(settings, environ: Mapping[str, str]) -> str | None:
     return next((name for name in ENDPOINT_VARIABLES if environ.get(name)), None)
 
 
-def create(settings, environ: Mapping[str, str] | None = None, *, instance_id: str | None = None,
-           rng: Any = None) -> Tracing | None:
+def create(settings, environ: Mapping[str, str] | None = None, *,
+           instance_id: str | None = None) -> Tracing | None:
     """The process's tracing, or None when nothing asks for it. ConfigError (one line) when it
     is asked for but opentelemetry is not installed, or an OTEL_* variable is one llmsim cannot
     follow. `instance_id`: the resource's service.instance.id (default: host name and process id,
@@ -218,10 +219,9 @@ def create(settings, environ: Mapping[str, str] | None = None, *, instance_id: s
     why = wanted(settings, environ)
     if why is None:
         return None
-    try:
-        from llmsim.observe import otlp
-    except ImportError as exc:
-        raise ConfigError(f"{why} asks for OpenTelemetry, which is not installed ({exc.name} is missing): "
-                          "pip install 'llmsim[otel]', or unset it") from None
+    absent = otlp.missing()
+    if absent is not None:
+        raise ConfigError(f"{why} asks for OpenTelemetry, which is not installed ({absent} is missing): "
+                          "pip install 'llmsim[otel]', or unset it")
     apis = load_apis(settings.data_file("genai.yaml"))
-    return Tracing(otlp.Exporter(otlp.Config.load(settings, environ, instance_id), rng=rng), apis)
+    return Tracing(otlp.Exporter(otlp.Config.load(settings, environ, instance_id), apis), apis)
