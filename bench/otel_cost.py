@@ -10,7 +10,12 @@ the verdict uses the median of the per-round ratios (on / off), each round runni
 back to back; CPU per request is the steadier figure. Exit status 1 when the median req/s
 ratio is below 0.85.
 
-    python bench/otel_cost.py [--seconds 5] [--rounds 6] [--connections 64]
+`--instructions` counts instead, with valgrind's callgrind (bench/instructions.py), the
+instructions per request of the server process with OTel off and on (the exporter process,
+not under valgrind, is not counted: it runs beside the server, off its core): the same figure
+on any machine load. 1,100 requests each, so that two full batches are shipped while counting.
+
+    python bench/otel_cost.py [--seconds 5] [--rounds 6] [--connections 64] [--instructions]
 """
 from __future__ import annotations
 
@@ -61,7 +66,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead")
     args = parser.parse_args()
+    if args.instructions:
+        return count_instructions()
     if not shutil.which("wrk"):
         raise SystemExit("wrk not found (Debian package wrk)")
     path, body = BODIES["chat"]
@@ -93,6 +101,19 @@ def main() -> int:
     print(f"\nmedian on/off: req/s {median:.3f}, CPU per request (off/on) {cpu_median:.3f}; "
           f"the sink got {sink.requests} OTLP requests, {sink.bytes / 1e6:.1f} MB")
     return 0 if median >= 0.85 else 1
+
+
+def count_instructions() -> int:
+    import instructions
+    if not instructions.available():
+        raise SystemExit("needs valgrind and callgrind_control on PATH (apt-get install valgrind)")
+    path, body = BODIES["chat"]
+    sink = Sink()
+    off = instructions.count(path, body.encode(), (), n=1100)
+    on = instructions.count(path, body.encode(), ("--otlp-endpoint", sink.url), n=1100)
+    print(f"instructions per request: off {off:,.0f}, on {on:,.0f} (+{on - off:,.0f}, "
+          f"off/on {off / on:.3f}); the sink got {sink.requests} OTLP requests")
+    return 0 if off / on >= 0.85 else 1
 
 
 if __name__ == "__main__":

@@ -195,8 +195,13 @@ class Exporter:
             while q and not broken:
                 batch = [q.popleft() for _ in range(min(len(q), config.batch))]
                 try:
-                    writer.send_bytes(marshal.dumps(batch))
-                except (OSError, ValueError) as exc:      # the exporter process is gone
+                    data = marshal.dumps(batch)
+                except ValueError:                          # a value of a type not foreseen
+                    log.exception("OpenTelemetry: a batch of records could not be shipped")
+                    continue
+                try:
+                    writer.send_bytes(data)
+                except OSError as exc:                      # the exporter process is gone
                     log.warning("OpenTelemetry: the exporter process ended (%s); spans and metrics are "
                                 "no longer sent", exc)
                     broken = True
