@@ -4,7 +4,7 @@ say, and the hand-over of the loop's records to an exporter process.
 The loop appends each generating request's record (plain values only) to a bounded deque:
 beyond `OTEL_BSP_MAX_QUEUE_SIZE` records are dropped and counted. A shipper thread sends them,
 `marshal`led, in batches (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, at least every `OTEL_BSP_SCHEDULE_DELAY`
-ms) through a pipe to a child process (llmsim.observe.otlp_export), which keeps the metrics,
+ms) through a pipe to a child process (`python -m llmsim.observe.otlp_export`), which keeps the metrics,
 encodes the spans and posts them: the work a span costs, and opentelemetry itself, stay out of
 the server process and off its core (docs/tracing.md, bench/otel_cost.py). The child ends when
 the pipe closes (the server stopped, or died).
@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import marshal
-import multiprocessing
+import pickle
+import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -124,10 +127,9 @@ class Config:
                    settings.host, settings.port or None)
 
 
-def child_main(reader, config: Config, apis: dict) -> None:
-    """The exporter process (spawned): llmsim.observe.otlp_export until the pipe closes."""
-    from llmsim.observe.otlp_export import run
-    run(reader, config, apis)
+def frame(data: bytes) -> bytes:
+    """One message on the pipe: its length (4 bytes, little-endian), then it."""
+    return struct.pack("<I", len(data)) + data
 
 
 class Exporter:
@@ -140,8 +142,7 @@ class Exporter:
         self.dropped = 0                        # records beyond the queue's size
         self.wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._process = None
-        self._writer = None
+        self._process: subprocess.Popen | None = None
         self._stopping = False
 
     # -- the event loop's side ---------------------------------------------------------------
@@ -159,14 +160,12 @@ class Exporter:
         """Start the exporter process and the shipper thread (the server is serving)."""
         if self._thread is not None:
             return
-        context = multiprocessing.get_context("spawn")
-        reader, self._writer = context.Pipe(duplex=False)
-        self._process = context.Process(target=child_main, args=(reader, self.config, self.apis),
-                                        name="llmsim-otel", daemon=True)
-        self._process.start()
-        reader.close()
+        # `python -m llmsim.observe.otlp_export`: its first message is (config, apis), pickled
+        self._process = subprocess.Popen([sys.executable, "-m", "llmsim.observe.otlp_export"],
+                                         stdin=subprocess.PIPE, close_fds=True)
         self._stopping = False
-        self._thread = threading.Thread(target=self._ship, name="llmsim-otel", daemon=True)
+        self._thread = threading.Thread(target=self._ship, args=(pickle.dumps((self.config, self.apis)),),
+                                        name="llmsim-otel", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -179,15 +178,22 @@ class Exporter:
         deadline = time.monotonic() + self.config.timeout
         self._thread.join(max(0.0, deadline - time.monotonic()))
         self._thread = None
-        self._process.join(max(0.0, deadline - time.monotonic()))
-        if self._process.is_alive():
-            self._process.terminate()
+        try:
+            self._process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
         self._process = None
 
     # -- the shipper thread ------------------------------------------------------------------
-    def _ship(self) -> None:
-        q, writer, config = self.queue, self._writer, self.config
+    def _ship(self, first: bytes) -> None:
+        q, pipe, config = self.queue, self._process.stdin, self.config
         broken = False
+        try:
+            pipe.write(frame(first))
+            pipe.flush()
+        except OSError as exc:
+            broken = self._broken(exc)
         while True:
             self.wake.wait(config.delay)
             self.wake.clear()
@@ -200,13 +206,20 @@ class Exporter:
                     log.exception("OpenTelemetry: a batch of records could not be shipped")
                     continue
                 try:
-                    writer.send_bytes(data)
+                    pipe.write(frame(data))
+                    pipe.flush()
                 except OSError as exc:                      # the exporter process is gone
-                    log.warning("OpenTelemetry: the exporter process ended (%s); spans and metrics are "
-                                "no longer sent", exc)
-                    broken = True
+                    broken = self._broken(exc)
             if broken:
                 q.clear()
             if stopping:
-                writer.close()
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
                 return
+
+    @staticmethod
+    def _broken(exc: OSError) -> bool:
+        log.warning("OpenTelemetry: the exporter process ended (%s); spans and metrics are no longer sent", exc)
+        return True

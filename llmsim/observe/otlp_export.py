@@ -10,20 +10,25 @@ protobuf merges): what requests alike share (name, attributes, status; built onc
 opentelemetry-proto's classes and cached per shape) and what each has of its own (ids, times,
 response id, usage), framed here; the SDK's span objects and encoder cost more per span than
 llmsim spends on a request (docs/tracing.md). Metrics are aggregated here and sent as
-opentelemetry-sdk `MetricsData` by its OTLP metric exporter. The process ends when the pipe closes.
+opentelemetry-sdk `MetricsData` by its OTLP metric exporter. The process (`python -m llmsim.observe.otlp_export`, started by
+llmsim.observe.otlp) reads length-framed messages on stdin: (config, apis) pickled, then batches of
+records marshalled; it ends when the pipe closes.
 """
 from __future__ import annotations
 
 import gzip
 import http.client
 import logging
+import marshal
 import os
+import pickle
 import queue
 import random
+import select
+import signal
 import socket
 import struct
-import marshal
-import signal
+import sys
 import threading
 import time
 import urllib.parse
@@ -215,19 +220,44 @@ class Metrics:
                                                            schema_url="")], schema_url="")])
 
 
-def run(reader, config, apis: dict) -> None:
-    """Read batches of records from `reader` until it closes; then send what is left."""
+def _read(fd: int, n: int) -> bytes:
+    """Exactly `n` bytes from `fd` (b"" at its end)."""
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _message(fd: int) -> bytes | None:
+    """The next message on the pipe (llmsim.observe.otlp.frame); None at its end."""
+    head = _read(fd, 4)
+    if not head:
+        return None
+    return _read(fd, struct.unpack("<I", head)[0]) or None
+
+
+def main() -> None:
+    """`python -m llmsim.observe.otlp_export`: messages on stdin until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C: the server's to handle; its end closes the pipe
+    fd = sys.stdin.fileno()
+    first = _message(fd)
+    if first is None:
+        return
+    config, apis = pickle.loads(first)
     processor = Processor(config, apis)
     sender = threading.Thread(target=processor.send_loop, name="llmsim-otel-send", daemon=True)
     sender.start()
     next_metrics = time.monotonic() + config.metric_interval
     try:
         while True:
-            if reader.poll(max(0.0, next_metrics - time.monotonic())):
-                try:
-                    data = reader.recv_bytes()
-                except EOFError:
+            ready, _, _ = select.select([fd], [], [], max(0.0, next_metrics - time.monotonic()))
+            if ready:
+                data = _message(fd)
+                if data is None:
                     break
                 processor.drain(marshal.loads(data))
             if time.monotonic() >= next_metrics:
@@ -460,3 +490,7 @@ class Processor:
         if self._failing is not None:
             self._failing = None
             log.warning("OpenTelemetry: exporting to %s again", self.config.traces_url)
+
+
+if __name__ == "__main__":
+    main()
