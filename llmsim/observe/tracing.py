@@ -101,7 +101,7 @@ def facts(api: Api, plan, given: dict | None) -> tuple:
     elif source == "stop_reason":
         reasons = (plan.stop_reason,) if plan.stop_reason else ()
     elif source == "status":
-        reason = plan.incomplete_reason or plan.status
+        reason = getattr(plan, "incomplete_reason", None) or getattr(plan, "status", None)   # compaction: neither
         reasons = (reason,) if reason else ()
     else:
         reasons = ()
