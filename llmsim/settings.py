@@ -140,6 +140,7 @@ class Settings:
     metrics: bool = default("metrics")
     trace: str | None = default("trace")
     stats_dir: str | None = default("stats_dir")
+    otlp_endpoint: str | None = default("otlp_endpoint")
 
     @property
     def usage(self) -> str:

@@ -19,6 +19,7 @@ import time
 
 from llmsim.observe.requestlog import AccessLog, Trace
 from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
+from llmsim.observe.tracing import create as create_tracing
 from llmsim.pacing.pacer import PACERS
 from llmsim.render.jsonbytes import decimal
 from llmsim.server.collector import Collector
@@ -71,6 +72,7 @@ class Observer:
         self._ids = sim.ids
         self._endpoints: dict[str, str] = {}
         self.in_flight = 0
+        self.tracing = create_tracing(settings)     # OpenTelemetry: None unless asked for
         # the tuned server's garbage collection policy (llmsim.server.collector); plain: CPython's
         self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect)) \
             if gc_policy else None
@@ -93,6 +95,8 @@ class Observer:
     # -- the server's life (lifespan) ------------------------------------------------------
     def serving(self) -> None:
         self.stats.serving()
+        if self.tracing is not None:
+            self.tracing.serving()
         if self.collector is not None:
             self.collector.serving(time.perf_counter())
 
@@ -100,6 +104,8 @@ class Observer:
         if self.collector is not None:
             self.collector.stopped()
         self.stats.stopped()
+        if self.tracing is not None:
+            self.tracing.stopped()
 
     # -- one HTTP request ------------------------------------------------------------------
     def begin(self, scope, path: str, headers: dict) -> Exchange:
@@ -141,6 +147,8 @@ class Observer:
             end = ex.wall + (now - ex.start)
             for writer in self.writers:
                 writer.write(ex, end)
+        if self.tracing is not None:
+            self.tracing.observed(ex, now)
         # Timers the request armed keep a copy of its context (so this exchange) until
         # they would have fired, cancelled or not: let its plan go now.
         ex.plan = None
