@@ -126,7 +126,7 @@ def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
 
 
 def test_each_providers_turns_count_its_assistant_turns_and_tool_results():
-    anthropic = {"messages": [
+    anthropic = {"tools": [{"name": "get_weather", "input_schema": TOOL}], "messages": [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                            "input": {"city": "Paris"}}]},
