@@ -15,6 +15,7 @@ from llmsim.sim import (
     chatplan,
     compaction,
     completionplan,
+    contentfaults,
     embeddings,
     geminiplan,
     messages,
@@ -125,6 +126,19 @@ def test_gemini_plays_a_script_as_a_text_part_function_calls_or_safety(sim):
         ("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
     refusal = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(text="I can't.", refusal=True))
     assert (refusal.choices[0].text, refusal.choices[0].finish_reason) == ("I can't.", "content_filter")
+
+
+def test_content_faults_read_each_apis_tools_and_its_planner_says_them(sim):
+    tools = {"tools": [{"name": "get_weather", "input_schema": TOOL}]}
+    body = anthropic_body(**tools)
+    spoiled = contentfaults.spoiled("schema_violating_tool_arguments", None, body, "anthropic", sim.draw()[0], "")
+    plan = messages.plan_message(body, sim.context("claude-sonnet-4-5"), script=spoiled)
+    assert [(b.kind, b.name) for b in plan.blocks] == [("tool_use", "get_weather")]
+    assert "city" not in plan.blocks[0].input                  # its required property left out
+    req = gemini_body(tools=[{"functionDeclarations": [{"name": "get_weather", "parameters": TOOL}]}])
+    unknown = contentfaults.spoiled("unknown_tool_call", None, req, "gemini", sim.draw()[0], "")
+    plan = geminiplan.plan_generate(req, sim.context("gemini-2.5-flash"), script=unknown)
+    assert [c.name for c in plan.choices[0].calls] == [contentfaults.UNKNOWN_TOOL]
 
 
 def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
