@@ -1,7 +1,8 @@
 """Every API's plan is one `Plan` (llmsim.sim.plans): faults cut it and stats read it through the
-protocol alone, so an answer without tokens (embeddings, moderations) is timed and counted under
-a latency profile like any other. Every generating planner plays a script (scenarios.Answer) in
-its own API's shape, and each provider's turns count its assistant turns and tool results."""
+protocol alone, so an answer without streamed tokens (embeddings, moderations, compactions) is
+timed and counted under a latency profile like any other. Every generating planner plays a
+script (scenarios.Answer) in its own API's shape, and each provider's turns count its assistant
+turns and tool results."""
 from __future__ import annotations
 
 import openai
@@ -10,7 +11,18 @@ import pytest
 from conftest import model_metrics
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
-from llmsim.sim import chatplan, completionplan, embeddings, geminiplan, messages, moderation, plans, scenarios
+from llmsim.sim import (
+    chatplan,
+    compaction,
+    completionplan,
+    contentfaults,
+    embeddings,
+    geminiplan,
+    messages,
+    moderation,
+    plans,
+    scenarios,
+)
 from llmsim.sim import plan as planning
 from llmsim.sim.scenarios import Answer
 from llmsim.simulator import Simulator
@@ -45,6 +57,8 @@ def every_plan(sim):
     yield geminiplan.plan_generate(gemini_body(), sim.context("gemini-2.5-flash"))
     yield embeddings.plan_embeddings({"model": "text-embedding-3-small", "input": "Hi."},
                                      sim.context("text-embedding-3-small"), True)
+    yield compaction.plan_compaction({"model": "gpt-4o"}, sim.context("gpt-4o"),
+                                     [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}])
     rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)
     rng, _ = sim.draw()
     yield moderation.plan_moderation({"input": "a kind word"}, rules, sim.profile_for(rules), rng, sim.ids)
@@ -52,12 +66,12 @@ def every_plan(sim):
 
 def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(sim):
     found = {type(plan).__name__: plan for plan in every_plan(sim)}
-    assert len(found) == 7
+    assert len(found) == 8
     for name, plan in found.items():
         assert isinstance(plan, plans.Plan), name
         assert plan.end_at >= plan.first_token_at > 0, name
         times = plan.token_times()
-        if name in ("EmbeddingPlan", "ModerationPlan"):
+        if name in ("EmbeddingPlan", "ModerationPlan", "CompactionPlan"):
             assert times == [], name
         else:
             assert times and all(list(t) == sorted(t) and t[-1] <= plan.end_at for t in times), name
@@ -114,6 +128,19 @@ def test_gemini_plays_a_script_as_a_text_part_function_calls_or_safety(sim):
     assert (refusal.choices[0].text, refusal.choices[0].finish_reason) == ("I can't.", "content_filter")
 
 
+def test_content_faults_read_each_apis_tools_and_its_planner_says_them(sim):
+    tools = {"tools": [{"name": "get_weather", "input_schema": TOOL}]}
+    body = anthropic_body(**tools)
+    spoiled = contentfaults.spoiled("schema_violating_tool_arguments", None, body, "anthropic", sim.draw()[0], "")
+    plan = messages.plan_message(body, sim.context("claude-sonnet-4-5"), script=spoiled)
+    assert [(b.kind, b.name) for b in plan.blocks] == [("tool_use", "get_weather")]
+    assert "city" not in plan.blocks[0].input                  # its required property left out
+    req = gemini_body(tools=[{"functionDeclarations": [{"name": "get_weather", "parameters": TOOL}]}])
+    unknown = contentfaults.spoiled("unknown_tool_call", None, req, "gemini", sim.draw()[0], "")
+    plan = geminiplan.plan_generate(req, sim.context("gemini-2.5-flash"), script=unknown)
+    assert [c.name for c in plan.choices[0].calls] == [contentfaults.UNKNOWN_TOOL]
+
+
 def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
     body = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once", "max_tokens": 50, "n": 2}
     ctx = lambda: sim.context("gpt-3.5-turbo-instruct")     # noqa: E731
@@ -126,7 +153,7 @@ def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
 
 
 def test_each_providers_turns_count_its_assistant_turns_and_tool_results():
-    anthropic = {"messages": [
+    anthropic = {"tools": [{"name": "get_weather", "input_schema": TOOL}], "messages": [
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                            "input": {"city": "Paris"}}]},
@@ -154,7 +181,7 @@ def timed(live_server_factory):
     return live_server_factory("--profile", "fast")
 
 
-def test_embeddings_and_moderations_are_timed_and_counted_under_a_latency_profile(timed):
+def test_embeddings_moderations_and_compactions_are_timed_and_counted_under_a_latency_profile(timed):
     client = timed.client()
     before = model_metrics(timed.url, "text-embedding-3-small", "vllm:time_to_first_token_seconds_count")[0]
     vectors = client.embeddings.create(model="text-embedding-3-small", input=["one", "two"]).data
@@ -163,5 +190,8 @@ def test_embeddings_and_moderations_are_timed_and_counted_under_a_latency_profil
     assert after == before + 1
     verdict = client.moderations.create(input="I will attack them")
     assert verdict.results[0].flagged and verdict.results[0].categories.violence
+    compacted = client.responses.compact(model="gpt-4o", input=[{"role": "user", "content": "Hi."},
+                                                                {"role": "assistant", "content": "Hello."}])
+    assert compacted.output[-1].type == "compaction"
     with pytest.raises(openai.BadRequestError):       # bad input is still the API's 400
         client.embeddings.create(model="text-embedding-3-small", input="")

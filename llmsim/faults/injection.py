@@ -25,7 +25,6 @@ from llmsim.sim import contentfaults
 class Injector(Protocol):
     """What an injection needs of the injector that chose it (llmsim.faults.catalogue.FaultInjector)."""
     clock: Any
-    settings: Any
     tails: Template
 
     def stops(self, api: str) -> bool: ...

@@ -41,6 +41,16 @@ class CompactionPlan:
     first_token_at: float
     end_at: float
 
+    # -- the Plan protocol (llmsim.sim.plans): its summary is sealed, not streamed: no token times --
+    def token_times(self) -> list:
+        return []
+
+    def cut(self, k: int) -> None:
+        pass
+
+    def truncate(self) -> None:
+        pass
+
 
 def plan_compaction(body: dict, ctx: Context, items: list[dict]) -> CompactionPlan:
     """`items`: the conversation (a previous response's, then the request's input), in API shape."""

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from llmsim.sim import jsonvalues, toolcalls
+from llmsim.sim import geminiplan, jsonvalues, messages, toolcalls
 from llmsim.sim.scenarios import Answer
 
 ANSWERS = ("refusal", "empty_output", "unknown_tool_call", "malformed_tool_arguments",
@@ -32,7 +32,7 @@ def spoiled(effect: str, answer: Answer | None, body: Mapping[str, Any], api: st
         return Answer(text="")
     if effect not in ANSWERS:
         return answer
-    functions = (toolcalls.chat_request(body) if api == "chat" else toolcalls.responses_request(body)).functions
+    functions = offered(body, api)
     if effect == "unknown_tool_call":
         name = UNKNOWN_TOOL
         while name in functions:
@@ -46,6 +46,18 @@ def spoiled(effect: str, answer: Answer | None, body: Mapping[str, Any], api: st
         return Answer(calls=tuple((name, _malformed(arguments)) for name, arguments in calls))
     return Answer(calls=tuple((name, _dumps(_violating(functions.get(name), _loads(arguments), rng)))
                               for name, arguments in calls))
+
+
+def offered(body: Mapping[str, Any], api: str) -> dict:
+    """The functions a request offers (name -> parameters schema), read in its API's shape."""
+    if api == "chat":
+        return toolcalls.chat_request(body).functions
+    if api == "anthropic":
+        return messages.tool_request(body).functions
+    if api == "gemini":
+        found = geminiplan.tool_request(body)
+        return found.functions if found is not None else {}
+    return toolcalls.responses_request(body).functions
 
 
 def _dumps(value: Any) -> str:

@@ -111,8 +111,12 @@ class MessagePlan:
 
 
 def turns(body: dict) -> list[inputs.Turn]:
-    """The conversation as turns: the system prompt, the messages, and the tool definitions."""
+    """The conversation as turns, in the order Anthropic's cache reads a prompt: the tool
+    definitions, the system prompt, then the messages (so the last turn is the last message's)."""
     out = []
+    tools = body.get("tools")
+    if tools:
+        out.append(inputs.Turn("system", [toolcalls.dumps(tools)], path="tools"))
     system = body.get("system")
     if system:
         turn = inputs.Turn("system", path="system")
@@ -144,16 +148,12 @@ def turns(body: dict) -> list[inputs.Turn]:
                 turn.images += result.images
                 turn.call_id = block.get("tool_use_id")     # (a user turn that answers a call)
         out.append(turn)
-    tools = body.get("tools")
-    if tools:
-        out.append(inputs.Turn("system", [toolcalls.dumps(tools)], path="tools"))
     return out
 
 
 def cache_order(conversation: list[inputs.Turn]) -> list[inputs.Turn]:
-    """`turns` in the order Anthropic's cache reads a prompt: tools, system, then messages."""
-    if conversation and conversation[-1].path == "tools":
-        return [conversation[-1], *conversation[:-1]]
+    """`turns` in the order Anthropic's cache reads a prompt: tools, system, then messages
+    (already `turns`' order)."""
     return conversation
 
 

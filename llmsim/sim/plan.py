@@ -8,14 +8,11 @@ seed and the same requests give the same plan.
 from __future__ import annotations
 
 import base64
-import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from llmsim.ids import Ids
-from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import builtins, inputs, latency, logprobs, structured, textgen, toolcalls
-from llmsim.sim.models import Model
+from llmsim.sim import builtins, inputs, latency, logprobs, steps, structured, textgen, toolcalls
+from llmsim.sim.steps import Context
 from llmsim.sim.scenarios import Answer
 
 
@@ -183,48 +180,6 @@ class Plan:
         self.usage = self.usage.with_visible(visible)
 
 
-@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
-class Context:
-    """What planning needs from the server, besides the request."""
-    settings: Any
-    model: Model
-    profile: latency.Profile
-    rules: Any             # reasoning.ReasoningRules
-    rng: random.Random
-    created_at: int
-    ids: Ids               # identifier formats (llmsim/data/ids.yaml)
-
-
-def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None,
-                 schema: dict | None = None) -> textgen.Text:
-    """The answer's text: JSON fitting `schema` (structured outputs), else the generator's."""
-    if schema is not None:
-        return structured.text(schema, ctx.rng, cap, ctx.model.encoding)
-    s = ctx.settings
-    if s.generator in textgen.PURE:     # says the same whatever the request: no input to read
-        return textgen.generate(s.generator, s.target_tokens, cap, None, ctx.model.encoding)
-    gen_input = textgen.GenerationInput(ctx.rng, inputs.last_user_text(turns), s.fixed_text)
-    return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
-
-
-def scripted_text(script: Answer, cap: int | None, encoding: str) -> textgen.Text:
-    """A scripted answer's text, cut into tokens (and at `cap`)."""
-    return textgen.generate("fixed", 0, cap, textgen.GenerationInput(None, "", script.text or ""), encoding)
-
-
-def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) -> None:
-    model = ctx.model
-    if input_tokens > model.context_window:
-        raise ContextLengthError(
-            f"This model's maximum context length is {model.context_window} tokens. However, your "
-            f"messages resulted in {input_tokens} tokens. Please reduce the length of the messages.",
-            param="input" if param == "max_output_tokens" else "messages")
-    if cap is not None and cap > model.max_output_tokens:
-        raise InvalidRequestError(
-            f"{param} is too large: {cap}. This model supports at most {model.max_output_tokens} "
-            f"completion tokens, whereas you provided {cap}.", param=param, code="invalid_value")
-
-
 def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = None,
                   generate: bool = True, script: Answer | None = None) -> Plan:
     """Plan a Responses API answer (reasoning item, a built-in tool's items, then the message;
@@ -244,10 +199,9 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     input_tokens = inputs.count(turns, model.encoding)
     cap = body.get("max_output_tokens")
     if input_tokens > model.context_window or cap is not None:
-        check_context(ctx, input_tokens, cap, "max_output_tokens")
+        steps.check_context(ctx, input_tokens, cap, "max_output_tokens")
     reasoning_req = body.get("reasoning") or {}
-    effort = (rules.effort(model, reasoning_req.get("effort"), "reasoning.effort", ctx.settings.compat)
-              if model.reasons else None)
+    effort = steps.effort(ctx, reasoning_req.get("effort"), "reasoning.effort") if model.reasons else None
     tools = body.get("tools") or body.get("tool_choice") is not None
     tool_req = toolcalls.responses_request(body) if tools else None
     if not generate:
@@ -263,13 +217,12 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         probability = 1.0 if decision else ctx.settings.tool_call_probability
         names = toolcalls.choose(tool_req, rng, probability, last_role) if tools and script is None else None
     if script is not None and script.calls:
-        return _plan_calls(body, ctx, toolcalls.scripted(script.calls, rng, model.encoding, ctx.ids),
-                           input_tokens, cap, effort)
+        return _plan_calls(body, ctx, steps.script_calls(script, ctx), input_tokens, cap, effort)
     if names:
         return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
-    text = (visible_text(ctx, turns, cap, structured.responses_schema(body)) if script is None
-            else scripted_text(script, cap, model.encoding))
+    text = (steps.visible_text(ctx, turns, cap, structured.responses_schema(body)) if script is None
+            else steps.scripted_text(script, cap, model.encoding))
     reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
     response_id = ctx.ids.make("response", rng)

@@ -20,8 +20,10 @@ if TYPE_CHECKING:   # a type only
 
 @runtime_checkable
 class Plan(Protocol):
-    """One planned answer: its usage, when its first token and its end are due (seconds after
-    its clock starts), its output tokens' due times, and how a fault cuts it short."""
+    """One planned answer: the model it names, its usage, when its first token and its end are
+    due (seconds after its clock starts), its output tokens' due times, and how a fault cuts it
+    short."""
+    model: str
     usage: "Usage"
     first_token_at: float
     end_at: float

@@ -5,20 +5,68 @@ reasoning against the output cap (`within_cap`, then `cut_text` or toolcalls.fit
 schedule and place (latency.schedule, toolcalls.place, `shift_choice`), and the cuts a fault
 makes to choices afterwards (`cut_choices`, `truncate_choices`).
 
-Each step is pure: what it reads is its arguments (the request, plan.Context, an injected rng),
+Each step is pure: what it reads is its arguments (the request, `Context`, an injected rng),
 so planners stay deterministic for a seed. Provider planners (plan, chatplan, completionplan,
 messages, geminiplan) call these, never each other's private helpers.
 """
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-from llmsim.sim import textgen, tokens, toolcalls
-from llmsim.sim.plan import Context, check_context, scripted_text, visible_text
+from llmsim.errors import ContextLengthError, InvalidRequestError
+from llmsim.ids import Ids
+from llmsim.sim import inputs, latency, structured, textgen, tokens, toolcalls
+from llmsim.sim.models import Model
 from llmsim.sim.scenarios import Answer
 
-__all__ = ["check_context", "visible_text", "scripted_text", "effort", "script_calls", "stop_list", "stop",
+__all__ = ["Context", "check_context", "visible_text", "scripted_text", "effort", "script_calls", "stop_list", "stop",
            "within_cap", "cut_text", "shift_choice", "cut_choices", "truncate_choices", "choice_times"]
+
+
+@dataclass(slots=True)       # not frozen: one per request, and frozen fields cost a setattr each
+class Context:
+    """What planning needs from the server, besides the request."""
+    settings: Any
+    model: Model
+    profile: latency.Profile
+    rules: Any             # reasoning.ReasoningRules
+    rng: random.Random
+    created_at: int
+    ids: Ids               # identifier formats (llmsim/data/ids.yaml)
+
+
+def visible_text(ctx: Context, turns: list[inputs.Turn], cap: int | None,
+                 schema: dict | None = None) -> textgen.Text:
+    """The answer's text: JSON fitting `schema` (structured outputs), else the generator's."""
+    if schema is not None:
+        return structured.text(schema, ctx.rng, cap, ctx.model.encoding)
+    s = ctx.settings
+    if s.generator in textgen.PURE:     # says the same whatever the request: no input to read
+        return textgen.generate(s.generator, s.target_tokens, cap, None, ctx.model.encoding)
+    gen_input = textgen.GenerationInput(ctx.rng, inputs.last_user_text(turns), s.fixed_text)
+    return textgen.generate(s.generator, s.target_tokens, cap, gen_input, ctx.model.encoding)
+
+
+def scripted_text(script: Answer, cap: int | None, encoding: str) -> textgen.Text:
+    """A scripted answer's text, cut into tokens (and at `cap`)."""
+    return textgen.generate("fixed", 0, cap, textgen.GenerationInput(None, "", script.text or ""), encoding)
+
+
+def check_context(ctx: Context, input_tokens: int, cap: int | None, param: str) -> None:
+    """The input fits the model's context window and `cap` (named `param`) its output limit;
+    else OpenAI's 400."""
+    model = ctx.model
+    if input_tokens > model.context_window:
+        raise ContextLengthError(
+            f"This model's maximum context length is {model.context_window} tokens. However, your "
+            f"messages resulted in {input_tokens} tokens. Please reduce the length of the messages.",
+            param="input" if param == "max_output_tokens" else "messages")
+    if cap is not None and cap > model.max_output_tokens:
+        raise InvalidRequestError(
+            f"{param} is too large: {cap}. This model supports at most {model.max_output_tokens} "
+            f"completion tokens, whereas you provided {cap}.", param=param, code="invalid_value")
 
 
 def effort(ctx: Context, wanted: str | None, param: str) -> str | None:
