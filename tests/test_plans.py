@@ -60,8 +60,9 @@ def every_plan(sim):
     yield compaction.plan_compaction({"model": "gpt-4o"}, sim.context("gpt-4o"),
                                      [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}])
     rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)
-    rng, _ = sim.draw()
-    yield moderation.plan_moderation({"input": "a kind word"}, rules, sim.profile_for(rules), rng, sim.ids)
+    ctx = sim.context("omni-moderation-latest", model=moderation.Model("omni-moderation-latest"),
+                      profile=sim.profile_for(rules))
+    yield moderation.plan_moderation({"input": "a kind word"}, rules, ctx)
 
 
 def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(sim):

@@ -147,7 +147,7 @@ class Chat(Adapter):
         self.stored = ChatStore(sim)
 
     def turns(self, call):
-        return inputs.chat_turns(call.req["messages"])
+        return chatplan.turns(call.req)
 
     def cache_key(self, req):
         return req.get("prompt_cache_key")
@@ -177,9 +177,7 @@ class Completions(Adapter):
     name = endpoint = template_name = "completions"
 
     def turns(self, call):
-        prompt = call.req["prompt"]
-        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
-        return [inputs.Turn("user", texts)]
+        return completionplan.turns(call.req, call.ctx.model.encoding if call.ctx else completionplan.TURN_ENCODING)
 
     def cost(self, req):
         cap = req.get("max_tokens")
