@@ -146,6 +146,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, metavar="N",
                        help="beyond N connections with a request in flight or a WebSocket open (per "
                        "process), answer 503 and close the connection (default: no limit)")
+    # a fleet's backends (llmsim.fleet) set these; any server may
+    serve.add_argument("--served-model", dest="served_models", action="append", metavar="ID",
+                       help="answer this model id only (repeatable); others get 404 model_not_found")
+    serve.add_argument("--instance-id", help="this server's name in a fleet")
+    serve.add_argument("--latency-factor", type=float, help="multiply every latency by this (default 1)")
+    fleet = sub.add_parser("fleet", help="run a fleet of simulated backends from a YAML file (docs/fleet.md)")
+    fleet.add_argument("file", help="the fleet file: backends, their models, settings and outages")
+    fleet.add_argument("--control-port", type=int, help="port of the control address, GET /llmsim/fleet "
+                       "(default: any free port, printed)")
     record = sub.add_parser("record", help="proxy to an OpenAI-compatible server, writing each exchange "
                             "as a fixture for `llmsim serve --replay`")
     record.add_argument("--upstream", required=True, help="the upstream server's root URL, e.g. http://127.0.0.1:8080")
@@ -177,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "record":                 # a proxy: no settings either
         return record(**args)
     try:
+        if command == "fleet":              # a settings file of its own (llmsim.fleet)
+            from llmsim.fleet.supervisor import main as fleet
+            return fleet(args["file"], args["control_port"])
         settings = Settings.load(args)
         if command == "serve":
             return serve(settings)

@@ -101,6 +101,11 @@ class Settings:
     body_timeout_s: float | None = 30.0     # a request's body must arrive within this after its head (else 408)
     max_connections: int | None = None  # connections with a request or WebSocket open, per process, beyond which 503
 
+    # a fleet's backends (llmsim.fleet); each is also a setting of its own for `llmsim serve`
+    served_models: list | None = None   # the model ids answered (others: 404 model_not_found); None: all
+    instance_id: str | None = None      # this server's name in a fleet (its backend's, e.g. fast-0)
+    latency_factor: float = 1.0         # every latency (TTFT, gaps) multiplied by this (a `slow` outage)
+
     @property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
@@ -165,21 +170,26 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
                                                                   "templates", "spec", "profile", "store",
                                                                   "trace", "stats_dir", "log_format", "data",
                                                                   "webhook_secret", "scenarios",
-                                                                  "default_scenario", "admin_key"):
+                                                                  "default_scenario", "admin_key", "instance_id"):
             values[name] = raw
-        if name in ("api_keys", "webhook_urls") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
+        if name in ("api_keys", "webhook_urls", "served_models") and isinstance(values[name], str):   # LLMSIM_API_KEYS=k1,k2
             values[name] = [key.strip() for key in values[name].split(",") if key.strip()]
     return values
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    doc = datafiles.read_yaml(path) or {}
+    return config_values(datafiles.read_yaml(path) or {}, f"config file {path}")
+
+
+def config_values(doc: Any, source: str) -> dict[str, Any]:
+    """A config file's mapping (or a fleet backend's `settings:`) as setting names and values."""
     if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
+        raise ConfigError(f"{source}: expected a mapping of setting names to values")
+    doc = dict(doc)
     auth = doc.pop("auth", None)    # `auth: {api_keys: [...]}` is another spelling of `api_keys`
     if auth is not None:
         if not isinstance(auth, dict) or set(auth) - {"api_keys"}:
-            raise ConfigError(f"config file {path}: at auth: expected a mapping with the key api_keys")
+            raise ConfigError(f"{source}: at auth: expected a mapping with the key api_keys")
         doc["api_keys"] = auth.get("api_keys")
     return {key.replace("-", "_"): value for key, value in doc.items()}
 

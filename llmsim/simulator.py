@@ -65,7 +65,8 @@ class Simulator:
         if settings.profile is not None and settings.profile not in profiles:
             raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
                               f"(allowed: {', '.join(sorted(profiles))})")
-        catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
+        catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model,
+                                   settings.served_models)
         # The BPE ranks of most models, loaded now rather than in the first request's TTFT;
         # another encoding (cl100k_base: gpt-4, gpt-3.5) loads when first used, so a server
         # whose models never use it does not pay its load time and memory.
@@ -136,12 +137,14 @@ class Simulator:
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
         profile = self.profiles[s.profile or model.latency]
-        if s.ttft_ms is None and s.tbt_ms is None:
+        if s.ttft_ms is None and s.tbt_ms is None and s.latency_factor == 1:
             return profile
         fixed = self._fixed_profiles.get(profile.name)
-        if fixed is None:
+        if fixed is None:       # fixed times, then every time multiplied by latency_factor
+            f = s.latency_factor
             ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
             tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
+            ttft, tbt = latency.Dist(ttft.mean * f, ttft.sd * f), latency.Dist(tbt.mean * f, tbt.sd * f)
             fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt,
                                                                           profile.serving)
         return fixed
