@@ -69,7 +69,9 @@ class Gate:
         why = (f"is starting (ready {self.ready_after_s:g} s after the fleet started)" if mode == "starting"
                else f"is unavailable (a {mode} outage)")
         error = ServiceUnavailableError(f"The backend {self.name} {why}; retry later.")
-        await self.front.render_error(error, scope["path"])(scope, receive, send)
+        claim = self.front.claim        # the API the request is for: its envelope (llmsim.api.apis)
+        path = (claim(scope, dict(scope["headers"])) if claim is not None else scope)["path"]
+        await self.front.render_error(error, path)(scope, receive, send)
 
 
 class BackendServer(uvicorn.Server):
