@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import anthropic
@@ -329,7 +328,7 @@ def test_scheduled_outages_and_ready_after_s_follow_the_fleet_file(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["refuse", "503"])
 def test_a_litellm_router_with_retries_and_fallbacks_loses_no_request_when_a_backend_goes_down(fleet, mode):
-    import litellm      # a test extra; imported here: it takes seconds
+    import litellm  # a test extra; imported here: it takes seconds
     mini = [fleet.url(f"mini-{n}") for n in range(3)]
     model_list = [{"model_name": "mini", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": f"{url}/v1",
                                                             "api_key": "sk-test"}} for url in mini]
