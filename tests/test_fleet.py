@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anthropic
 import httpx
+import jsonschema
 import openai
 import pytest
 import yaml
@@ -90,6 +91,21 @@ def api_requests(url: str) -> int:
 
 
 FAST = {"ttft_ms": 0, "tbt_ms": 1, "target_tokens": 5}
+CONTROL_DOC = yaml.safe_load((REPO / "openapi" / "fleet.yaml").read_text())
+
+
+def conforms(doc, schema_name: str) -> None:
+    """`doc` is what openapi/fleet.yaml says the control address answers (its schema `schema_name`)."""
+    def json_schema(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return json_schema(CONTROL_DOC["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]])
+            node = {k: json_schema(v) for k, v in node.items() if k != "description"}
+            if node.pop("nullable", False):
+                node = {"anyOf": [node, {"type": "null"}]}
+            return node
+        return [json_schema(v) for v in node] if isinstance(node, list) else node
+    jsonschema.validate(doc, json_schema({"$ref": f"#/components/schemas/{schema_name}"}))
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +168,7 @@ def test_a_backend_whose_app_cannot_be_built_stops_the_fleet_naming_it(tmp_path)
 # ---- each backend ----------------------------------------------------------------------------
 
 def test_the_control_address_lists_each_backend_with_its_url_models_and_state(fleet):
+    conforms(httpx.get(f"{fleet.control}/llmsim/fleet", timeout=5).json(), "Fleet")
     listing = fleet.listing()
     assert list(listing) == ["mini-0", "mini-1", "mini-2", "big", "gem"]
     ports = [int(listing[f"mini-{n}"]["url"].rsplit(":", 1)[1]) for n in range(3)]
@@ -220,6 +237,7 @@ def test_the_control_address_takes_a_backend_down_and_up(fleet):
     url = fleet.url("mini-1")
     client = openai_client(url, timeout=5)
     taken = fleet.down("mini-1", "refuse")
+    conforms(taken, "Backend")
     assert taken["state"] == "down" and taken["outage"] == {"mode": "refuse", "factor": None, "remaining_s": None}
     try:
         with pytest.raises(openai.APIConnectionError):
@@ -282,7 +300,9 @@ def test_a_slow_outage_multiplies_every_latency_by_its_factor(fleet):
     def ttft() -> float:
         return client.chat.completions.create(model="gpt-4o", messages=CHAT, max_tokens=2).usage.time_to_first_token
     assert ttft() == pytest.approx(20.0)        # milliseconds
-    assert fleet.down("big", "slow", factor=5)["state"] == "ready"
+    slowed = fleet.down("big", "slow", factor=5, for_s=600)
+    conforms(slowed, "Backend")
+    assert slowed["state"] == "ready" and slowed["outage"]["factor"] == 5
     try:
         assert ttft() == pytest.approx(100.0)
     finally:
