@@ -343,6 +343,15 @@ def test_scheduled_outages_and_ready_after_s_follow_the_fleet_file(tmp_path):
     assert _health(late) is None        # stopping the fleet stops its backends
 
 
+def test_backends_stop_when_their_supervisor_is_killed(tmp_path):
+    running = Fleet(tmp_path, {"backends": [{"name": "orphan", "settings": FAST}]})
+    url = running.url("orphan")
+    assert _health(url) == 200
+    running.proc.kill()                 # no chance to stop anything: the backend sees its pipe close
+    running.proc.wait()
+    assert wait_for(lambda: _health(url) is None, 30) is True
+
+
 # ---- routers in front of a fleet -------------------------------------------------------------
 
 @pytest.mark.slow

@@ -309,7 +309,7 @@ def start(bound: list[tuple[Backend, socket.socket]]) -> list[Member]:
     for b, sock in bound:
         ours, theirs = context.Pipe()
         process = context.Process(target=_child, name=f"llmsim-fleet-{b.name}", daemon=False,
-                                  args=(b, sock, theirs, sockets, [m.pipe for m in members]))
+                                  args=(b, sock, theirs, sockets, [ours, *(m.pipe for m in members)]))
         process.start()
         theirs.close()
         members.append(Member(b, process, ours))
@@ -339,7 +339,9 @@ def start(bound: list[tuple[Backend, socket.socket]]) -> list[Member]:
 
 
 def _child(b: Backend, sock: socket.socket, pipe, sockets: list, pipes: list) -> None:
-    for other in sockets:           # the other backends' sockets and pipes, inherited
+    # inherited: the other backends' sockets and pipes, and the supervisor's end of this one's
+    # pipe (closed here, so that the supervisor's exit closes the pipe)
+    for other in sockets:
         if other is not sock:
             other.close()
     for other in pipes:
