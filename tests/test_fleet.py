@@ -158,11 +158,13 @@ def test_a_bad_fleet_file_stops_start_up_with_one_line_naming_the_path_and_the_f
     assert fix in line
 
 
-def test_a_backend_whose_app_cannot_be_built_stops_the_fleet_naming_it(tmp_path):
-    result = run_fleet(tmp_path, {"backends": [{"name": "ok"}, {"name": "bad", "settings": {"profile": "warp"}}]})
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_a_backend_whose_app_cannot_be_built_stops_the_fleet_naming_it(tmp_path, bad_first):
+    backends = [{"name": "ok"}, {"name": "bad", "settings": {"profile": "warp"}}]
+    result = run_fleet(tmp_path, {"backends": backends[::-1] if bad_first else backends})
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert "backends[1] (backend bad): profile: unknown latency profile 'warp'" in line
+    assert f"backends[{0 if bad_first else 1}] (backend bad): profile: unknown latency profile 'warp'" in line
 
 
 # ---- each backend ----------------------------------------------------------------------------

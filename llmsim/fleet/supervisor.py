@@ -294,9 +294,18 @@ def _consecutive(host: str, group: list[Backend], tries: int = 50) -> list[tuple
 
 def prepare(fleet: Fleet) -> None:
     """What every backend needs, loaded once here and shared by the forked processes: the
-    modules, the tokenizer, and one app built (llmsim.fleet.warm)."""
+    modules, the tokenizer, and an app built (llmsim.fleet.warm) for each set of templates,
+    documents and data files the backends use."""
     warm.install()
-    warm.warm(fleet.backends[0].settings)
+    built = set()
+    for backend in fleet.backends:      # one app per set of templates, documents and data files
+        s = backend.settings
+        if (key := (s.templates, s.spec, s.data, s.server)) not in built:
+            built.add(key)
+            try:
+                warm.warm(s)
+            except ConfigError as exc:
+                raise ConfigError(f"{backend.where} (backend {backend.name}): {exc}") from None
     gc.freeze()     # moved out of the collector's way: forked backends keep sharing these pages
 
 
