@@ -51,6 +51,13 @@ def smaps(pid: int) -> dict[str, int]:
     return {"rss": found["Rss"], "pss": found["Pss"], "uss": found["Private_Clean"] + found["Private_Dirty"]}
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the process itself (not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     import socket
     with socket.socket() as s:
@@ -79,6 +86,7 @@ def one_round(n: int, idle_s: float) -> dict:
                     time.sleep(0.02)
             listening = time.monotonic() - began
             startup_cpu = cpu_seconds(proc.pid)     # supervisor and backends, from exec to listening
+            supervisor_cpu = own_cpu_seconds(proc.pid)
             pending = {b["url"] for b in listing}
             while pending:
                 for url in list(pending):
@@ -102,7 +110,8 @@ def one_round(n: int, idle_s: float) -> dict:
         finally:
             proc.terminate()
             proc.wait(30)
-    return {"listening_s": listening, "startup_cpu_s": startup_cpu, "healthy_s": healthy, "idle_cpu": idle, "memory": memory,
+    return {"listening_s": listening, "startup_cpu_s": startup_cpu, "supervisor_cpu_s": supervisor_cpu,
+            "healthy_s": healthy, "idle_cpu": idle, "memory": memory,
             "supervisor": supervisor, "processes": processes}
 
 
@@ -125,7 +134,8 @@ def main() -> None:
         per = {k: statistics.median(m[k] for m in mem) for k in ("rss", "pss", "uss")}
         total_pss = sum(m["pss"] for m in mem) + result["supervisor"]["pss"]
         print(f"round {r + 1}: start-up {result['listening_s']:.2f} s to the control address, "
-              f"{result['healthy_s']:.2f} s to every /health 200 ({result['startup_cpu_s']:.2f} CPU-seconds); idle CPU {100 * result['idle_cpu']:.2f}% "
+              f"{result['healthy_s']:.2f} s to every /health 200 ({result['startup_cpu_s']:.2f} CPU-seconds, "
+              f"{result['supervisor_cpu_s']:.2f} of them the supervisor's); idle CPU {100 * result['idle_cpu']:.2f}% "
               f"of one core over {args.idle_s:g} s ({result['processes']} processes)")
         print(f"  per backend (median MB): RSS {mb(per['rss'])}, PSS {mb(per['pss'])}, USS {mb(per['uss'])}; "
               f"supervisor RSS {mb(result['supervisor']['rss'])} MB; fleet total PSS {mb(total_pss)} MB")
