@@ -179,6 +179,9 @@ def test_the_control_address_lists_each_backend_with_its_url_models_and_state(fl
     assert {b["state"] for b in listing.values()} == {"ready"}
     for backend in listing.values():
         assert httpx.get(f"{backend['url']}/health", timeout=5).json()["pid"] == backend["pid"]
+        settings = httpx.get(f"{backend['url']}/llmsim/config", timeout=5).json()["settings"]
+        assert settings["instance_id"] == backend["name"]       # e.g. OpenTelemetry's service.instance.id
+        assert settings["served_models"] == backend["models"]
 
 
 def test_a_backend_serves_its_models_only_and_others_are_not_found_in_each_providers_envelope(fleet):
