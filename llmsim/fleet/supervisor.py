@@ -27,9 +27,12 @@ from pathlib import Path
 import orjson
 import uvicorn
 
-from llmsim.errors import ConfigError
+from llmsim import datafiles
+from llmsim.errors import (APIError, ConfigError, InvalidRequestError, MethodNotAllowedError,
+                           NotFoundError)
 from llmsim.fleet import backend as backend_process
 from llmsim.fleet import warm
+from llmsim.render.templates import TemplateSet
 from llmsim.fleet.spec import MODES, SLOW_FACTOR, Backend, Fleet, Outage, load
 
 START_TIMEOUT_S = 120.0     # a backend that has not listened by then fails the start-up
@@ -71,6 +74,8 @@ class Supervisor:
         self.members = {m.backend.name: m for m in members}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = 0.0
+        # the control address's answers; compiled when the backends were warmed (llmsim.fleet.warm)
+        self.templates = TemplateSet(datafiles.TEMPLATES_DIR)
 
     # ---- modes ------------------------------------------------------------------------
     def begin(self, now: float) -> None:
@@ -126,22 +131,15 @@ class Supervisor:
             print(f"llmsim fleet: backend {member.backend.name} exited", file=sys.stderr, flush=True)
 
     # ---- the control address -----------------------------------------------------------
-    def describe(self, member: Member) -> dict:
+    def view(self, member: Member) -> "View":
         now = self.loop.time()
-        outage = None
-        if member.outage is not None:
-            o = member.outage
-            outage = {"mode": o.mode, "factor": o.factor if o.mode == "slow" else None,
-                      "remaining_s": None if member.outage_ends is None else round(max(0.0, member.outage_ends - now), 3)}
-        return {"name": member.backend.name, "url": member.url, "models": member.backend.models,
-                "state": member.state(now), "outage": outage, "pid": member.pid}
-
-    def listing(self) -> dict:
-        return {"object": "llmsim.fleet", "uptime_s": round(self.loop.time() - self.started, 3),
-                "backends": [self.describe(m) for m in self.members.values()]}
+        remaining = None if member.outage_ends is None else round(max(0.0, member.outage_ends - now), 3)
+        return View(member.backend.name, member.url, member.backend.models, member.state(now),
+                    member.outage, remaining, member.pid)
 
     async def app(self, scope, receive, send) -> None:
-        """The control address's ASGI app (its document: openapi/fleet.yaml)."""
+        """The control address's ASGI app (its document: openapi/fleet.yaml; its answers:
+        templates/fleet.yaml, fleet_backend.yaml and errors.yaml)."""
         if scope["type"] == "lifespan":
             while True:
                 message = await receive()
@@ -150,66 +148,82 @@ class Supervisor:
                     return
         if scope["type"] != "http":
             return
-        method, parts = scope["method"], scope["path"].strip("/").split("/")
+        try:
+            status, body = 200, await self._route(scope, receive)
+        except APIError as exc:
+            status, body = exc.status, self.templates["errors"].body_json(error=exc)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if status == 405:
+            headers.append((b"allow", b"GET" if scope["path"].rstrip("/").endswith("fleet") else b"POST, DELETE"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _route(self, scope, receive) -> bytes:
+        method, path = scope["method"], scope["path"]
+        parts = path.strip("/").split("/")
         if parts[:2] != ["llmsim", "fleet"] or len(parts) not in (2, 4) or (len(parts) == 4 and parts[3] != "outage"):
-            return await _answer(send, 404, _error(f"Unknown request URL: {method} {scope['path']}. "
-                                                   "The fleet's control routes are /llmsim/fleet and "
-                                                   "/llmsim/fleet/{name}/outage.", None, "unknown_url"))
+            raise NotFoundError(f"Unknown request URL: {method} {path}. The fleet's control routes are "
+                                "/llmsim/fleet and /llmsim/fleet/{name}/outage.")
         if len(parts) == 2:
             if method != "GET":
-                return await _answer(send, 405, _error(f"Method {method} is not allowed for {scope['path']}.",
-                                                       None, "method_not_allowed"), {"allow": "GET"})
-            return await _answer(send, 200, self.listing())
+                raise MethodNotAllowedError(f"Method {method} is not allowed for {path}.")
+            return self.templates["fleet"].body_json(uptime_s=round(self.loop.time() - self.started, 3),
+                                                     backends=[self.view(m) for m in self.members.values()])
         member = self.members.get(parts[2])
         if member is None:
-            return await _answer(send, 404, _error(f"No backend named {parts[2]!r}; the fleet's backends: "
-                                                   f"{', '.join(self.members)}.", "name", "backend_not_found"))
+            raise NotFoundError(f"No backend named {parts[2]!r}; the fleet's backends: {', '.join(self.members)}.",
+                                param="name", code="backend_not_found")
         if method == "DELETE":
             self.bring_up(member)
-            return await _answer(send, 200, self.describe(member))
-        if method != "POST":
-            return await _answer(send, 405, _error(f"Method {method} is not allowed for {scope['path']}.",
-                                                   None, "method_not_allowed"), {"allow": "POST, DELETE"})
-        body = await _body(receive)
-        try:
-            outage = _outage_of(body)
-        except ValueError as exc:
-            param = exc.args[1] if len(exc.args) > 1 else None
-            return await _answer(send, 400, _error(str(exc.args[0]), param, "invalid_value"))
-        self.take_down(member, outage)
-        return await _answer(send, 200, self.describe(member))
+        elif method == "POST":
+            self.take_down(member, _outage_of(await _body(receive)))
+        else:
+            raise MethodNotAllowedError(f"Method {method} is not allowed for {path}.")
+        return self.templates["fleet_backend"].body_json(backend=self.view(member))
+
+
+@dataclass(frozen=True)
+class View:
+    """One backend as the control address shows it (templates/fleet.yaml)."""
+    name: str
+    url: str
+    models: list[str] | None
+    state: str                  # starting | ready | down
+    outage: Outage | None
+    remaining_s: float | None   # until the outage ends; None: until DELETE (or none)
+    pid: int | None
 
 
 def _outage_of(body: bytes) -> Outage:
-    """A POST body {mode, for_s, factor} as an Outage; ValueError(message, param) when it is not one."""
+    """A POST body {mode, for_s, factor} as an Outage; InvalidRequestError naming the field when it is not one."""
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError:
-        raise ValueError("The body is not valid JSON; expected {\"mode\": ..., \"for_s\": ...}.") from None
+        raise _invalid("The body is not valid JSON; expected {\"mode\": ..., \"for_s\": ...}.", None) from None
     if not isinstance(doc, dict):
-        raise ValueError("Expected a JSON object {\"mode\": ..., \"for_s\": ...}.")
+        raise _invalid("Expected a JSON object {\"mode\": ..., \"for_s\": ...}.", None)
     unknown = sorted(set(doc) - {"mode", "for_s", "factor"})
     if unknown:
-        raise ValueError(f"Unknown field {unknown[0]!r}; an outage has mode, for_s and factor.", unknown[0])
+        raise _invalid(f"Unknown field {unknown[0]!r}; an outage has mode, for_s and factor.", unknown[0])
     mode = doc.get("mode")
     if mode not in MODES:
-        raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}.", "mode")
+        raise _invalid(f"mode: expected one of {', '.join(MODES)}, got {mode!r}.", "mode")
     for_s, factor = doc.get("for_s"), doc.get("factor", SLOW_FACTOR)
     if for_s is not None and (not _number(for_s) or for_s <= 0):
-        raise ValueError(f"for_s: expected seconds > 0 (or null: until DELETE), got {for_s!r}.", "for_s")
+        raise _invalid(f"for_s: expected seconds > 0 (or null: until DELETE), got {for_s!r}.", "for_s")
     if not _number(factor) or not 0 < factor <= 1000:
-        raise ValueError(f"factor: expected a number > 0 (at most 1000), got {factor!r}.", "factor")
+        raise _invalid(f"factor: expected a number > 0 (at most 1000), got {factor!r}.", "factor")
     if "factor" in doc and mode != "slow":
-        raise ValueError("factor: only a slow outage has a factor.", "factor")
+        raise _invalid("factor: only a slow outage has a factor.", "factor")
     return Outage(mode, None if for_s is None else float(for_s), 0.0, float(factor))
+
+
+def _invalid(message: str, param: str | None) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param, code="invalid_value")
 
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _error(message: str, param: str | None, code: str) -> dict:
-    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
 
 
 async def _body(receive) -> bytes:
@@ -219,14 +233,6 @@ async def _body(receive) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-async def _answer(send, status: int, doc: dict, headers: dict | None = None) -> None:
-    body = orjson.dumps(doc)
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
 
 
 # ---- start-up ------------------------------------------------------------------------------
