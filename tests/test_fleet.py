@@ -325,6 +325,7 @@ def test_the_control_address_refuses_bad_outages_and_unknown_backends(fleet):
     assert fleet.state("mini-0") == "ready"
 
 
+@pytest.mark.slow
 def test_scheduled_outages_and_ready_after_s_follow_the_fleet_file(tmp_path):
     running = Fleet(tmp_path, {"backends": [
         {"name": "late", "ready_after_s": 6, "settings": FAST},
@@ -348,6 +349,7 @@ def test_scheduled_outages_and_ready_after_s_follow_the_fleet_file(tmp_path):
     assert _health(late) is None        # stopping the fleet stops its backends
 
 
+@pytest.mark.slow
 def test_backends_stop_when_their_supervisor_is_killed(tmp_path):
     running = Fleet(tmp_path, {"backends": [{"name": "orphan", "settings": FAST}]})
     url = running.url("orphan")

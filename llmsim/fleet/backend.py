@@ -112,7 +112,7 @@ class BackendServer(uvicorn.Server):
             self.refusing = False
             self._rebinding = asyncio.ensure_future(self._listen_again())
         if (mode == "slow") != (was == "slow") or mode == "slow":
-            wanted = self.base_factor * (factor if mode == "slow" else 1.0)
+            wanted = min(1000.0, self.base_factor * (factor if mode == "slow" else 1.0))   # the setting's bound
             self._patching = asyncio.ensure_future(gate.front.live.patch({"latency_factor": wanted}))
 
     def _refuse(self) -> None:

@@ -46,7 +46,7 @@ class Member:
     process: multiprocessing.process.BaseProcess | None = None
     pipe: object = None
     pid: int | None = None
-    ready_at: float = 0.0                   # on the loop's clock
+    starting: bool = False                  # before its ready_after_s
     outage: Outage | None = None
     outage_ends: float | None = None        # on the loop's clock; None: until DELETE
     exited: bool = False
@@ -57,15 +57,17 @@ class Member:
         host = self.backend.settings.host
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.backend.settings.port}"
 
-    def mode(self, now: float) -> str | None:
+    @property
+    def mode(self) -> str | None:
         if self.outage is not None:
             return self.outage.mode
-        return "starting" if now < self.ready_at else None
+        return "starting" if self.starting else None
 
-    def state(self, now: float) -> str:
+    @property
+    def state(self) -> str:
         if self.exited or (self.outage is not None and self.outage.down):
             return "down"
-        return "starting" if now < self.ready_at else "ready"
+        return "starting" if self.starting else "ready"
 
 
 class Supervisor:
@@ -83,9 +85,9 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         self.started = now
         for member in self.members.values():
-            member.ready_at = now + member.backend.ready_after_s
             if member.backend.ready_after_s:
-                self.loop.call_at(member.ready_at, self.push, member)
+                member.starting = True
+                self.loop.call_at(now + member.backend.ready_after_s, self._ready, member)
             for outage in member.backend.outages:
                 self.loop.call_at(now + outage.at_s, self.take_down, member, outage)
             self.loop.add_reader(member.pipe.fileno(), self._heard, member)
@@ -102,14 +104,17 @@ class Supervisor:
         member.outage = member.outage_ends = None
         self.push(member)
 
+    def _ready(self, member: Member) -> None:
+        member.starting = False
+        self.push(member)
+
     def _outage_over(self, member: Member, outage: Outage) -> None:
         if member.outage is outage:         # not replaced (or taken back) since
             self.bring_up(member)
 
     def push(self, member: Member) -> None:
         """Send the member its mode, if it changed."""
-        mode = member.mode(self.loop.time())
-        message = ("mode", mode, member.outage.factor if member.outage is not None else 1.0)
+        message = ("mode", member.mode, member.outage.factor if member.outage is not None else 1.0)
         if member.exited or message == member.sent:
             return
         try:
@@ -134,7 +139,7 @@ class Supervisor:
     def view(self, member: Member) -> "View":
         now = self.loop.time()
         remaining = None if member.outage_ends is None else round(max(0.0, member.outage_ends - now), 3)
-        return View(member.backend.name, member.url, member.backend.models, member.state(now),
+        return View(member.backend.name, member.url, member.backend.models, member.state,
                     member.outage, remaining, member.pid)
 
     async def app(self, scope, receive, send) -> None:
