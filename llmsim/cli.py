@@ -107,6 +107,20 @@ def _add_record(sub) -> Parser:
     return record
 
 
+def _add_fleet(sub) -> Parser:
+    fleet = sub.add_parser("fleet", help="run a fleet of simulated backends from a YAML file (docs/fleet.md)")
+    fleet.add_argument("file", help="the fleet file: backends, their models, settings and outages")
+    fleet.add_argument("--control-port", type=int, help="port of the control address, GET /llmsim/fleet "
+                       "(default: any free port, printed)")
+    return fleet
+
+
+def _run_fleet(args: dict) -> int:
+    """A fleet file of its own (llmsim.fleet), each backend's settings in it."""
+    from llmsim.fleet.supervisor import main as fleet
+    return fleet(args["file"], args["control_port"])
+
+
 def _yaml(text: str):
     """A flag value as YAML; `a=1,b=2` is read as the mapping {a: 1, b: 2}."""
     import yaml
@@ -456,6 +470,7 @@ COMMANDS = {
     "serve": (_add_serve, _run_serve),
     "record": (_add_record, _run_record),
     "top": (_add_top, _run_top),
+    "fleet": (_add_fleet, _run_fleet),
 }
 
 

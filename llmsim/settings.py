@@ -141,6 +141,15 @@ class Settings:
     trace: str | None = default("trace")
     stats_dir: str | None = default("stats_dir")
     otlp_endpoint: str | None = default("otlp_endpoint")
+    # a fleet's backends (llmsim.fleet)
+    served_models: list | None = default("served_models")
+    instance_id: str | None = default("instance_id")
+    latency_factor: float = default("latency_factor")
+
+    # a fleet's backends (llmsim.fleet); each is also a setting of its own for `llmsim serve`
+    served_models: list | None = None   # the model ids answered (others: 404 model_not_found); None: all
+    instance_id: str | None = None      # this server's name in a fleet (its backend's, e.g. fast-0)
+    latency_factor: float = 1.0         # every latency (TTFT, gaps) multiplied by this (a `slow` outage)
 
     @property
     def usage(self) -> str:
@@ -254,13 +263,18 @@ def _env_value(name: str, raw: str) -> Any:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    doc = datafiles.read_yaml(path) or {}
+    return config_values(datafiles.read_yaml(path) or {}, f"config file {path}")
+
+
+def config_values(doc: Any, source: str) -> dict[str, Any]:
+    """A config file's mapping (or a fleet backend's `settings:`) as setting names and values."""
     if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of setting names to values")
+        raise ConfigError(f"{source}: expected a mapping of setting names to values")
+    doc = dict(doc)
     auth = doc.pop("auth", None)    # `auth: {api_keys: [...]}` is another spelling of `api_keys`
     if auth is not None:
         if not isinstance(auth, dict) or set(auth) - {"api_keys"}:
-            raise ConfigError(f"config file {path}: at auth: expected a mapping with the key api_keys")
+            raise ConfigError(f"{source}: at auth: expected a mapping with the key api_keys")
         doc["api_keys"] = auth.get("api_keys")
     return {key.replace("-", "_"): value for key, value in doc.items()}
 

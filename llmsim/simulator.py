@@ -66,7 +66,8 @@ class Simulator:
             raise ConfigError(f"profile: unknown latency profile {settings.profile!r} "
                               f"(allowed: {', '.join(sorted(profiles))})")
         try:
-            catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model)
+            catalogue = Catalogue.load(data("models.yaml"), set(profiles), settings.allow_any_model,
+                                       settings.served_models)
         except ConfigError as exc:      # a --data profiles.yaml replaces ours whole: say so, name it
             if data("profiles.yaml").parent == datafiles.DATA_DIR:
                 raise
@@ -145,12 +146,14 @@ class Simulator:
     def profile_for(self, model) -> latency.Profile:
         s = self.settings
         profile = self.profiles[s.profile or model.latency]
-        if s.ttft_ms is None and s.tbt_ms is None:
+        if s.ttft_ms is None and s.tbt_ms is None and s.latency_factor == 1:
             return profile
         fixed = self._fixed_profiles.get(profile.name)
-        if fixed is None:
+        if fixed is None:       # fixed times, then every time multiplied by latency_factor
+            f = s.latency_factor
             ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
             tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
+            ttft, tbt = latency.Dist(ttft.mean * f, ttft.sd * f), latency.Dist(tbt.mean * f, tbt.sd * f)
             fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt,
                                                                           profile.serving)
         return fixed

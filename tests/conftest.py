@@ -24,6 +24,7 @@ LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory"
                  "server", "recorded", "renamed", "receiver"}
 LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
                 "test_deploy", "test_scaleout", "test_data_dir", "test_first_hour", "test_docs_examples",
+                "test_fleet",
                 # tests/reliability: servers of their own (stopped, killed, filled up)
                 "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
                 "test_abusive_clients", "test_shutdown", "test_slow_clients", "test_store_evicts",

@@ -1,4 +1,8 @@
-"""The model catalogue (data/models.yaml): what each model is, supports and how fast it is."""
+"""The model catalogue (data/models.yaml): what each model is, supports and how fast it is.
+
+`served` (the setting served_models: a fleet backend's `models:`) narrows it to those ids, as a
+vLLM serving one model does: others are not found and not listed; a served id the catalogue
+does not know gets the defaults."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,13 +33,18 @@ class Model:
 
 
 class Catalogue:
-    def __init__(self, models: dict[str, Model], allow_any: bool, fallback: Model):
-        self.models = models
+    def __init__(self, models: dict[str, Model], allow_any: bool, fallback: Model,
+                 served: list[str] | None = None):
         self.allow_any = allow_any
         self._fallback = fallback
+        if served is not None:      # only these ids; any other is not found
+            models = {model_id: models.get(model_id) or self._default(model_id) for model_id in served}
+            self.allow_any = False
+        self.models = models
 
     @classmethod
-    def load(cls, path: Path, profiles: set[str], allow_any: bool) -> "Catalogue":
+    def load(cls, path: Path, profiles: set[str], allow_any: bool,
+             served: list[str] | None = None) -> "Catalogue":
         doc = datafiles.load(path, "models")
         defaults = {"owned_by": "llmsim", "created": 0, "context_window": 128000,
                     "max_output_tokens": 16384, "latency": "gpt-4o", "encoding": "o200k_base",
@@ -56,7 +65,7 @@ class Catalogue:
         fallback = Model("*", defaults["owned_by"], defaults["created"], defaults["context_window"],
                          defaults["max_output_tokens"], defaults["latency"], defaults["encoding"],
                          defaults["vision"], (), None)
-        return cls(models, allow_any, fallback)
+        return cls(models, allow_any, fallback, served)
 
     def get(self, model_id: str) -> Model:
         """The model, or the defaults when any model is allowed; else ModelNotFoundError."""
@@ -64,8 +73,11 @@ class Catalogue:
         if model is not None:
             return model
         if self.allow_any:
-            return Model(model_id, *[getattr(self._fallback, f) for f in Model.__slots__[1:]])
+            return self._default(model_id)
         raise ModelNotFoundError(model_id)
+
+    def _default(self, model_id: str) -> Model:
+        return Model(model_id, *[getattr(self._fallback, f) for f in Model.__slots__[1:]])
 
     def __iter__(self):
         return iter(self.models.values())
