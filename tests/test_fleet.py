@@ -139,7 +139,7 @@ def run_fleet(tmp_path: Path, doc) -> subprocess.CompletedProcess:
     ({"backends": [{"name": "a", "settings": {"ttft_ms": -1}}]},
      "at backends[0].settings: at ttft_ms", "milliseconds >= 0"),
     ({"backends": [{"name": "a", "settings": {"colour": "blue"}}]},
-     "at backends[0].settings: unknown setting 'colour'", "known settings"),
+     "at backends[0].settings: unknown setting 'colour'", "docs/configuration.md lists every setting"),
     ({"backends": [{"name": "a", "settings": {"port": 9000}}]},
      "at backends[0].settings.port", "use the backend's port: instead"),
     ({"backends": [{"name": "a-1"}, {"name": "a", "replicas": 2}]},
