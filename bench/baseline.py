@@ -2,6 +2,9 @@
 
     python bench/baseline.py bd76b8f          # prepare it (cached) and print its python and tree
 
+(bench/perf.py --baseline DIR runs a directory, e.g. a copy of the tree before a change, with
+this interpreter instead: an A/B of an uncommitted variant in one run.)
+
 `prepare(REV)` extracts the commit (`git archive`, no worktree) into bench/.baselines/<sha>/src
 and installs it *editable* into bench/.baselines/<sha>/venv, so a commit whose wheel lacked its
 templates still finds them in its tree. The libraries it shares with the current code are
@@ -40,6 +43,8 @@ def log(message: str) -> None:
 
 
 def resolve(rev: str, repo: Path = REPO) -> str:
+    if Path(rev).is_dir():
+        return "(directory)"
     out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{rev}^{{commit}}"],
                          capture_output=True, text=True)
     if out.returncode:
@@ -56,6 +61,10 @@ def _constraints() -> str:
 
 
 def prepare(rev: str, uvicorn: str = UVICORN, repo: Path = REPO, cache: Path = CACHE) -> Baseline:
+    """`rev` installed (cached); a directory instead (a copy of a tree, for A/B runs of
+    uncommitted variants) is run as it is, by this interpreter."""
+    if Path(rev).is_dir():
+        return Baseline(rev, "(directory)", Path(sys.executable), Path(rev).resolve())
     sha = resolve(rev, repo)
     home = cache / f"{sha[:12]}-uvicorn{uvicorn}"
     src, venv, ready = home / "src", home / "venv", home / "READY"

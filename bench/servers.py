@@ -98,6 +98,6 @@ def llmsim(*flags: str, port: int | None = None, repo: Path = REPO, python: str 
     port = port or free_port()
     cmd = [str(python or sys.executable), "-m", "llmsim", "serve", "--host", HOST, "--port", str(port), *flags]
     env = None
-    if python is not None:      # another venv: our PYTHONPATH must not hand it this tree's llmsim
+    if python is not None:      # another tree: our PYTHONPATH must not hand it this tree's llmsim
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return Server(name, cmd, port, "/health", cwd=repo, env=env)
