@@ -412,7 +412,8 @@ def versus_lines(doc: dict) -> list[str]:
                      " / ".join(fmt(x, 3) for x in r.get("vs_baseline_rounds") or []) or "n/a",
                      " / ".join(fmt(get(n, "cpu_us_best"), 0) for n in ("llmsim", "baseline", "peer"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"W1-W4 against baseline {b['rev']} ({b['sha'][:12]}, its own venv) and the peer: each server's "
+    where = "run from that directory" if b["sha"].startswith("(") else f"{b['sha'][:12]}, its own venv"
+    lines = [f"W1-W4 against baseline {b['rev']} ({where}) and the peer: each server's "
              "best round (req/s or complete streams/s)"]
     for n, row in enumerate(rows):
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
