@@ -390,6 +390,8 @@ def versus(runs: dict[str, list[dict]], rate: str) -> dict:
             out[f"vs_{other}"] = None
             continue
         out[f"vs_{other}"] = mine["best"] / theirs["best"]
+        if mine.get("cpu_us_best") and theirs.get("cpu_us_best"):      # per request: theirs / mine
+            out[f"cpu_vs_{other}"] = theirs["cpu_us_best"] / mine["cpu_us_best"]
         out[f"vs_{other}_rounds"] = [a / b if a is not None and b else None
                                      for a, b in zip(mine["rounds"], theirs["rounds"])]
     return out
@@ -403,14 +405,15 @@ def versus_lines(doc: dict) -> list[str]:
     b = doc["meta"]["baseline"]
     fmt = lambda x, d=1, suffix="": "n/a" if x is None else f"{x:,.{d}f}{suffix}"
     rows = [("workload", "current", f"baseline {b['rev']}", "aimock", "cur/base", "cur/aimock",
-             "cur/base by round", "CPU µs/req cur / base / aimock")]
+             "cur/base by round", "CPU µs/req cur / base / aimock", "CPU base/cur")]
     for wid, r in vs.items():
         srv = r["servers"]
         get = lambda name, key, srv=srv: srv.get(name, {}).get(key)
         rows.append((wid, fmt(get("llmsim", "best")), fmt(get("baseline", "best")), fmt(get("peer", "best")),
                      fmt(r.get("vs_baseline"), 3, "x"), fmt(r.get("vs_peer"), 2, "x"),
                      " / ".join(fmt(x, 3) for x in r.get("vs_baseline_rounds") or []) or "n/a",
-                     " / ".join(fmt(get(n, "cpu_us_best"), 0) for n in ("llmsim", "baseline", "peer"))))
+                     " / ".join(fmt(get(n, "cpu_us_best"), 0) for n in ("llmsim", "baseline", "peer")),
+                     fmt(r.get("cpu_vs_baseline"), 3, "x")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     where = "run from that directory" if b["sha"].startswith("(") else f"{b['sha'][:12]}, its own venv"
     lines = [f"W1-W4 against baseline {b['rev']} ({where}) and the peer: each server's "
@@ -419,6 +422,9 @@ def versus_lines(doc: dict) -> list[str]:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         if n == 0:
             lines.append("-" * len(lines[-1]))
+    lines.append("CPU µs/req: the server's CPU time over the requests wrk completed, least of the rounds; "
+                 "CPU base/cur above 1: the current code spends less per request (another load on the "
+                 "machine moves it less than throughput)")
     for wid, r in vs.items():
         lines.append(f"{wid} rounds: " + "; ".join(
             f"{name} " + " / ".join(fmt(x) for x in s["rounds"]) for name, s in r["servers"].items()))
