@@ -4,6 +4,8 @@
     python bench/perf.py --duration 3 --n 100 # quick development run
     python bench/perf.py --rounds 3           # W1-W5: median of 3 alternating runs per server
     python bench/perf.py --snapshot           # run llmsim from a copy taken at start (shared tree)
+    python bench/perf.py --baseline bd76b8f --only W1,W2,W3,W4 --rounds 2
+                                              # also an earlier commit (bench/baseline.py), ratios to it
 
 Both servers run on loopback on this machine. W1-W4 use `wrk -t2 -c64 -d10s --latency` with
 bench/wrk/post.lua after a short warm-up (llmsim `--profile instant --target-tokens 32`; the
@@ -12,6 +14,12 @@ chat requests (llmsim `--ttft-ms 200 --tbt-ms 20 --target-tokens 50`, the peer w
 equivalent streaming profile, see peer.py) measured by bench/paced.py; W6 holds 1,000 streams
 open before their first token and reads each server's memory. A workload the server does not
 route (404) prints n/a. Results also go to bench/results/perf-<time>.json.
+
+With `--baseline REV`, W1-W4 also run that commit, installed by bench/baseline.py into a venv
+of its own (cached under bench/.baselines/), as a third server in the same rounds; a second
+table gives, per workload, each server's best round, current/baseline and current/peer, every
+round's figures and the server CPU per request (which the other load on a shared machine
+moves less than throughput).
 
 Server-side lateness (W5) is read from `GET /llmsim/stats` after the run, expected as
 `{"lateness_ms": {"count": n, "p50": ms, "p99": ms, "max": ms}}`: over every SSE write since the
@@ -35,6 +43,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import baseline
 import peer
 import procstat
 import report
@@ -101,23 +110,30 @@ class Bench:
         self.commands: list[str] = []
         self.results: dict = {}
         self.rows: list[Row] = []
+        self.versus: dict = {}      # W1-W4 with --baseline: see versus()
         self.bodies: dict = {}
         self.files = args.files
         self.files.mkdir(parents=True, exist_ok=True)
         self.extra = shlex.split(args.llmsim_args or "")
         self.failed: dict = {}
         self.with_peer = not args.no_peer and peer.install()
+        self.baseline = baseline.prepare(args.baseline, args.baseline_uvicorn) if args.baseline else None
 
     def note(self, command: str) -> None:
         if command not in self.commands:
             self.commands.append(command)
 
-    def start_servers(self, label: str, llmsim_flags: list[str], peer_options: dict) -> dict:
-        """Start llmsim (and the peer) for one configuration: {"llmsim": s, "peer": s}.
+    def start_servers(self, label: str, llmsim_flags: list[str], peer_options: dict,
+                      with_baseline: bool = False) -> dict:
+        """Start llmsim (the baseline, the peer) for one configuration: {"llmsim": s, "peer": s}.
 
         A server that fails to start is left out, and `self.failed[name]` says why.
         """
         starters = {"llmsim": lambda: servers.llmsim(*llmsim_flags, *self.extra, repo=self.args.llmsim_repo)}
+        if with_baseline and self.baseline:
+            b = self.baseline
+            starters["baseline"] = lambda: servers.llmsim(*llmsim_flags, *self.extra, repo=b.src, python=b.python,
+                                                          name=f"baseline {b.rev}")
         if self.with_peer:
             starters["peer"] = lambda: peer.start(**peer_options, directory=self.files / f"aimock-{label}")
         started, self.failed = {}, {}
@@ -138,7 +154,7 @@ class Bench:
     def wrk_workloads(self, ids: list[str]) -> None:
         a = self.args
         flags = ["--profile", "instant", "--target-tokens", str(a.tokens)]
-        started = self.start_servers("instant", flags, {"tokens": a.tokens})
+        started = self.start_servers("instant", flags, {"tokens": a.tokens}, with_baseline=True)
         try:
             for wid in ids:
                 title, path, stream, marker = WRK[wid]
@@ -153,6 +169,8 @@ class Bench:
                         runs[name].append(guarded(self.wrk_one, wid, server, path, doc, body_file, marker))
                 rate = "complete_per_s" if stream else "requests_per_s"
                 self.results[wid] = {name: median_run(found, rate) for name, found in runs.items()} | self.failed
+                if self.baseline:
+                    self.versus[wid] = versus(runs, rate)
                 self.wrk_rows(wid, title, stream)
         finally:
             for server in started.values():
@@ -327,7 +345,7 @@ class Bench:
                 "peer_fixtures": {"wrk": peer.fixture(a.tokens),
                                   "paced": peer.fixture(a.paced_tokens, a.ttft_ms, a.tbt_ms),
                                   "idle": peer.fixture(a.paced_tokens, a.idle_ttft_ms, a.tbt_ms)},
-                "results": self.results,
+                "results": self.results, "versus_baseline": self.versus,
                 "table": [row.as_dict() for row in self.rows]}
 
 
@@ -346,6 +364,71 @@ def median_run(runs: list[dict], rate: str | tuple, listed: tuple = ()) -> dict:
         return runs[0]
     rounds = [{"/".join(keys): _dig(r, *keys) for keys in listed} if listed else _dig(r, *path) for r in runs]
     return {**measured[(len(measured) - 1) // 2], "rounds": rounds}
+
+
+def versus(runs: dict[str, list[dict]], rate: str) -> dict:
+    """One workload's rounds with a baseline: per server the best round's rate (noise on a
+    shared machine only slows a round down), every round's rate and server CPU per request
+    (µs), and the current code's ratios to the baseline and to the peer, of the best rounds
+    and of each round (the servers of one round ran back to back)."""
+    def cpu_us(r: dict) -> float | None:
+        n = r.get("counts", {}).get("requests")
+        return r["server_cpu_s"] / n * 1e6 if n and r.get("server_cpu_s") is not None else None
+
+    out: dict = {"servers": {}}
+    for name, found in runs.items():
+        rates = [None if "na" in r else r.get(rate) for r in found]
+        good = [x for x in rates if x is not None]
+        cpus = [None if "na" in r else cpu_us(r) for r in found]
+        out["servers"][name] = {"best": max(good) if good else None, "rounds": rates,
+                                "cpu_us_per_request": cpus,
+                                "cpu_us_best": min((c for c in cpus if c is not None), default=None)}
+    mine = out["servers"].get("llmsim", {})
+    for other in ("baseline", "peer"):
+        theirs = out["servers"].get(other)
+        if not theirs or mine.get("best") is None or not theirs["best"]:
+            out[f"vs_{other}"] = None
+            continue
+        out[f"vs_{other}"] = mine["best"] / theirs["best"]
+        if mine.get("cpu_us_best") and theirs.get("cpu_us_best"):      # per request: theirs / mine
+            out[f"cpu_vs_{other}"] = theirs["cpu_us_best"] / mine["cpu_us_best"]
+        out[f"vs_{other}_rounds"] = [a / b if a is not None and b else None
+                                     for a, b in zip(mine["rounds"], theirs["rounds"])]
+    return out
+
+
+def versus_lines(doc: dict) -> list[str]:
+    """The table of W1-W4 against the baseline and the peer (empty without --baseline)."""
+    vs = doc.get("versus_baseline") or {}
+    if not vs:
+        return []
+    b = doc["meta"]["baseline"]
+    fmt = lambda x, d=1, suffix="": "n/a" if x is None else f"{x:,.{d}f}{suffix}"
+    rows = [("workload", "current", f"baseline {b['rev']}", "aimock", "cur/base", "cur/aimock",
+             "cur/base by round", "CPU µs/req cur / base / aimock", "CPU base/cur")]
+    for wid, r in vs.items():
+        srv = r["servers"]
+        get = lambda name, key, srv=srv: srv.get(name, {}).get(key)
+        rows.append((wid, fmt(get("llmsim", "best")), fmt(get("baseline", "best")), fmt(get("peer", "best")),
+                     fmt(r.get("vs_baseline"), 3, "x"), fmt(r.get("vs_peer"), 2, "x"),
+                     " / ".join(fmt(x, 3) for x in r.get("vs_baseline_rounds") or []) or "n/a",
+                     " / ".join(fmt(get(n, "cpu_us_best"), 0) for n in ("llmsim", "baseline", "peer")),
+                     fmt(r.get("cpu_vs_baseline"), 3, "x")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    where = "run from that directory" if b["sha"].startswith("(") else f"{b['sha'][:12]}, its own venv"
+    lines = [f"W1-W4 against baseline {b['rev']} ({where}) and the peer: each server's "
+             "best round (req/s or complete streams/s)"]
+    for n, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append("-" * len(lines[-1]))
+    lines.append("CPU µs/req: the server's CPU time over the requests wrk completed, least of the rounds; "
+                 "CPU base/cur above 1: the current code spends less per request (another load on the "
+                 "machine moves it less than throughput)")
+    for wid, r in vs.items():
+        lines.append(f"{wid} rounds: " + "; ".join(
+            f"{name} " + " / ".join(fmt(x) for x in s["rounds"]) for name, s in r["servers"].items()))
+    return [*lines, ""]
 
 
 def guarded(fn, *args) -> dict:
@@ -423,7 +506,9 @@ def meta(args, with_peer: bool) -> dict:
             "peer": f"{peer.PACKAGE} {peer.version()}" if with_peer else None,
             "node": _version(["node", "--version"]) if with_peer else None,
             "wrk": _version(["wrk", "--version"]), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "settings": {k: str(v) for k, v in vars(args).items()}}
+            "cpus": os.cpu_count(), "settings": {k: str(v) for k, v in vars(args).items()},
+            "baseline": {"rev": args.baseline, "sha": baseline.resolve(args.baseline, args.source_repo),
+                         "uvicorn": args.baseline_uvicorn} if args.baseline else None}
 
 
 def main() -> None:
@@ -453,6 +538,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="JSON results file (default bench/results/perf-<time>.json)")
     p.add_argument("--files", type=Path, default=BENCH / "results" / "files",
                    help="where request bodies and peer fixtures are written")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also run this earlier commit in W1-W4 (installed in its own venv by bench/baseline.py)")
+    p.add_argument("--baseline-uvicorn", default=baseline.UVICORN, help="uvicorn version for the baseline's venv")
     p.add_argument("--snapshot", action="store_true",
                    help="run llmsim from a copy of --llmsim-repo taken at start (shared working trees)")
     args = p.parse_args()
@@ -488,7 +576,7 @@ def summary_text(doc: dict, rows: list[Row], a, out: Path) -> str:
         f"W5: {a.paced_api} streams, {a.ttft_ms:g} ms TTFT, {a.tbt_ms:g} ms gaps, {a.paced_tokens} tokens"
         + (f"; of {a.rounds} rounds (fresh servers, alternating), the run with the median gap p99"
            if a.rounds > 1 else "") + f"; W6: {a.idle_ttft_ms:g} ms TTFT, streams held {a.hold:g}s",
-        "", report.render(rows, "peer"), "", *paced_rounds_lines(doc["results"]),
+        "", report.render(rows, "peer"), "", *versus_lines(doc), *paced_rounds_lines(doc["results"]),
         "ratios are llmsim / peer; on a shared machine only ratios from one run mean anything.",
         "W5 peer pacing: aimock streamingProfile ttft = TTFT - gap, tps = 1000/gap, jitter 0 (its role-only",
         "chunk comes first), so its first content token is due when llmsim's is. TTFT = request written to",

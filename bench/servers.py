@@ -37,13 +37,14 @@ def raise_nofile() -> None:
 class Server:
     """A server subprocess; `.url` is its root, `.pid` the process whose tree we measure."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, health_path: str, cwd: Path = REPO):
+    def __init__(self, name: str, cmd: list[str], port: int, health_path: str, cwd: Path = REPO,
+                 env: dict | None = None):
         self.name, self.cmd, self.port, self.health_path = name, cmd, port, health_path
         self.url = f"http://{HOST}:{port}"
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=raise_nofile,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         self._wait()
 
     @property
@@ -90,8 +91,13 @@ class Server:
         self.stop()
 
 
-def llmsim(*flags: str, port: int | None = None, repo: Path = REPO) -> Server:
-    """`python -m llmsim serve` run from `repo` (so another checkout can be measured)."""
+def llmsim(*flags: str, port: int | None = None, repo: Path = REPO, python: str | Path | None = None,
+           name: str = "llmsim") -> Server:
+    """`python -m llmsim serve` run from `repo` (so another checkout can be measured), by
+    `python` (default this interpreter; bench/baseline.py gives an earlier commit's venv)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "llmsim", "serve", "--host", HOST, "--port", str(port), *flags]
-    return Server("llmsim", cmd, port, "/health", cwd=repo)
+    cmd = [str(python or sys.executable), "-m", "llmsim", "serve", "--host", HOST, "--port", str(port), *flags]
+    env = None
+    if python is not None:      # another tree: our PYTHONPATH must not hand it this tree's llmsim
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return Server(name, cmd, port, "/health", cwd=repo, env=env)

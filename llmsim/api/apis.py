@@ -81,9 +81,13 @@ def _document(path: Path, taken: set[str]) -> Document:
                     marks.get("unauthenticated"))
 
 
+MAX_PATHS = 1024        # paths whose claim is remembered (beyond: worked out each time)
+
+
 class Apis:
     def __init__(self, documents: list[Document]):
         self.documents = documents
+        self._claims: dict[str, tuple] = {}     # path -> its `_claims_of`
 
     @classmethod
     def load(cls, directory: Path, main: Path) -> "Apis":
@@ -115,12 +119,29 @@ class Apis:
         """The request as served: under a document's own base path when it is the document's
         under a shared one (it carries the document's header, or names one of its paths)."""
         path = scope["path"]
+        claims = self._claims.get(path)
+        if claims is None:
+            claims = self._claims_of(path)
+            if len(self._claims) < MAX_PATHS:
+                self._claims[path] = claims
+        for header, moved in claims:
+            if header is None or header in headers:
+                return {**scope, "path": moved, "raw_path": moved.encode()}
+        return scope
+
+    def _claims_of(self, path: str) -> tuple[tuple[bytes | None, str], ...]:
+        """In order, the (header, path) pairs that may move a request for `path`: moved to
+        that path when it carries that header (None: whatever it carries, the path is the
+        document's own). Nothing after a None can claim it."""
+        found = []
         for doc in self.documents:
             for base in doc.shared:
                 if not path.startswith(base + "/"):
                     continue
                 rest = path[len(base):]
-                if doc.header in headers or (doc.paths is not None and doc.paths.fullmatch(rest)):
-                    moved = doc.own[0] + rest
-                    return {**scope, "path": moved, "raw_path": moved.encode()}
-        return scope
+                if doc.paths is not None and doc.paths.fullmatch(rest):
+                    found.append((None, doc.own[0] + rest))
+                    return tuple(found)
+                if doc.header is not None:
+                    found.append((doc.header, doc.own[0] + rest))
+        return tuple(found)

@@ -102,7 +102,7 @@ class Front:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
-            if is_admin(path):
+            if path in ADMIN_PATHS or path.startswith(ADMIN_PREFIX):      # is_admin, inline
                 await self._admin(scope, receive, send)
             else:
                 await self._api(scope, receive, send, path)
@@ -148,7 +148,8 @@ class Front:
         ex = observer.begin(scope, path, headers)
         if self.claim is not None:
             scope = self.claim(scope, headers)
-        receive = self._bounded(scope, receive, headers)
+        if self.body_timeout is not None:
+            receive = self._bounded(scope, receive, headers)
         closing = False                 # the answer closes the connection (no tuned one-write answer)
         self.open += 1
 

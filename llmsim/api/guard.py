@@ -69,9 +69,10 @@ class Guard:
         """`admit` when no body has to be read for it (one with a length, or none): (scope,
         receive) at once; None for a chunked body, which `admit` reads."""
         self.check(scope, headers)
-        if b"content-length" in headers or b"transfer-encoding" not in headers:
-            return _typed(scope, headers.get(b"content-type")), receive
-        return None
+        if b"content-length" not in headers and b"transfer-encoding" in headers:
+            return None
+        content_type = headers.get(b"content-type")
+        return (scope if content_type == JSON else _typed(scope, content_type)), receive
 
     async def admit(self, scope, receive, headers: dict):
         """(scope, receive) as the app should see them, or None when the client left while

@@ -123,6 +123,7 @@ class PacedStream:
         batch_due = due = None
         ending: BaseException | None = None         # the stream ends (None: the items ran out)
         start, timed = self.start, self.timed
+        room = MAX_BATCH
         try:
             pair = self.pending if self.pending is not None else next(timed)
             while True:
@@ -133,7 +134,8 @@ class PacedStream:
                 if batch_due is None:
                     batch_due = due
                 batch.append(pair[1])
-                if len(batch) == MAX_BATCH:     # far behind (its client stopped reading): the
+                room -= 1
+                if not room:                    # far behind (its client stopped reading): the
                     self.pending = pair = next(timed)   # rest in later writes, as it reads
                     due = start + pair[0]
                     break

@@ -25,12 +25,19 @@ class RequestHeaders(Headers):
         self._list = scope["headers"]
 
     def get(self, key: str, default: t.Any = None) -> t.Any:
-        wanted = key.lower().encode("latin-1")
+        wanted = _NAMES.get(key)
+        if wanted is None:
+            wanted = key.lower().encode("latin-1")
+            if len(_NAMES) < MAX_NAMES:
+                _NAMES[key] = wanted
         for name, value in self._list:
             if name == wanted:
                 return value.decode("latin-1")
         return default
 
+
+_NAMES: dict[str, bytes] = {}      # a header name as asked -> as the scope spells it
+MAX_NAMES = 256
 
 RECEIVED_AT = "llmsim.received_at"   # scope["extensions"] key: when the server read the request
                                       # (stamped by llmsim.server.corking's protocol)
