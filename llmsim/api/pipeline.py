@@ -128,12 +128,12 @@ class Pipeline:
         if adapter.history and call.prior is None:     # what it continues (none: known at once)
             call.prior = adapter.known(call) or await adapter.prior(call)
         ctx = call.ctx = adapter.context(req, ctrl)
-        if fault:                       # a content fault changes what is said
+        if fault.fault is not None:     # a content fault changes what is said
             script = fault.answer(script, req, ctx)
         plan = call.plan = adapter.plan(call, ctx, script)
         if self.limiter is not None:    # its cost, or 429
             call.added = await self.take(call, ctx.model, plan)
-        if fault:
+        if fault.fault is not None:
             plan = call.plan = fault.shape(plan)
         params = None
         if self.serving is not None and adapter.serves:

@@ -284,15 +284,26 @@ class FaultInjector:
         raises the error once the timeout has passed or returns the Injection the store's
         schedule decided (a call, not a coroutine, for every other request).
         """
-        header = (headers or {}).get(HEADER)
-        if self.shared is not None and header is None:
-            return Injection(self, None, api, body, waits=True)     # the store decides, in `wait()`
+        header = headers.get(HEADER) if headers else None
+        if header is None:
+            if self.shared is not None:
+                return Injection(self, None, api, body, waits=True)     # the store decides, in `wait()`
+            if not self.schedule and not self.rates:        # nothing can fire: no draw
+                self.requests += 1
+                return self.unfaulted(api, body)
         return self.apply(self.pick(header), api, body)
+
+    def unfaulted(self, api: str, body: Mapping[str, Any]) -> "Injection":
+        """A request no fault fired for: NO_FAULT, unless it is a stream a shutdown may have to
+        end with its API's error (`stops`), which its Injection renders."""
+        if (api == "websocket" or body.get("stream") or body.get("background")) and self.stops(api):
+            return Injection(self, None, api, body)
+        return NO_FAULT
 
     def apply(self, fault: Fault | None, api: str, body: Mapping[str, Any]) -> "Injection":
         """What `fault` does to this request (see `begin`)."""
         if fault is None:
-            return Injection(self, None, api, body) if self.stops(api) else NO_FAULT
+            return self.unfaulted(api, body)
         self.injected[fault.kind.name] += 1
         fault_injected(fault.kind.name)  # live stats: errors.injected, the request's trace line
         effect = fault.kind.effect
