@@ -74,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
                        "plain (stock uvicorn and connexion)")
     serve.add_argument("--compat", help="llmsim (default: the product spec) or openai: which side applies "
                        "where they differ (effort rules, usage arithmetic, summary null or []; "
-                       "openapi/departures.yaml)")
+                       "openapi/departures.yaml); vllm: openai plus vLLM's extra sampling parameters, "
+                       "/tokenize, /detokenize and /version (docs/vllm.md)")
     serve.add_argument("--responses-done", action=argparse.BooleanOptionalAction, default=None,
                        help="end Responses SSE streams with data: [DONE] (default off, as OpenAI)")
     serve.add_argument("--base-path", dest="base_paths", action="append",

@@ -60,7 +60,8 @@ class Settings:
     pin_workers: bool = True            # --workers: each worker on a CPU of its own (llmsim.server.affinity)
     data: str | None = None             # directory whose models/profiles/faults/reasoning/ids.yaml override ours
     server: str = "tuned"               # tuned | plain: stock uvicorn and connexion (llmsim.server.versions)
-    compat: str = "llmsim"              # llmsim (the product spec) | openai: where the two differ
+    compat: str = "llmsim"              # llmsim (the product spec) | openai: where the two differ |
+                                        # vllm: openai plus vLLM's extras (llmsim.sim.vllm, openapi/vllm.yaml)
     responses_done: bool = False        # end Responses SSE streams with `data: [DONE]`
     base_paths: tuple = ("/openai/v1", "/v1")   # where the API document's routes are mounted ("": bare)
 
@@ -103,8 +104,9 @@ class Settings:
 
     @property
     def usage(self) -> str:
-        """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
-        return self.usage_semantics or self.compat
+        """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s
+        (vllm counts as OpenAI does)."""
+        return self.usage_semantics or ("openai" if self.compat == "vllm" else self.compat)
 
     @property
     def templates_dir(self) -> Path:

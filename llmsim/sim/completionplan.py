@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmsim.errors import ContextLengthError
-from llmsim.sim import chatplan, inputs, tokens
+from llmsim.sim import chatplan, inputs, tokens, vllm
 from llmsim.sim.embeddings import decode
 from llmsim.sim.plan import Context, Usage, check_context
 
@@ -39,12 +39,14 @@ def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
             f"{longest + cap} tokens ({longest} in your prompt; {cap} for the completion). Please reduce "
             "your prompt; or completion length.", param="prompt")
     stops = chatplan._stops(body.get("stop"))
+    sampling = vllm.sampling(body) if ctx.settings.compat == "vllm" else None
     n = body.get("n") or 1
     choices, first = [], None
     for p, text in enumerate(texts):
         turns = [inputs.Turn("user", [text])]
         for j in range(n):
-            choice, sched = chatplan._choice(p * n + j, ctx, turns, cap, None, None, "user", stops)
+            choice, sched = chatplan._choice(p * n + j, ctx, turns, cap, None, None, "user", stops,
+                                             sampling=sampling)
             if first is None:
                 first = sched.first_token
             else:
@@ -55,7 +57,8 @@ def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return CompletionPlan(ctx.ids.make("completion", ctx.rng), ctx.created_at, body["model"], body, choices,
                           usage, min(c.first_at for c in choices), max(c.end_at for c in choices), None,
-                          include_usage, "default", prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
+                          include_usage, "default", continuous_usage=include_usage and chatplan.continuous_usage(body, ctx),
+                          prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
 
 
 def _prompts(given, encoding: str) -> tuple[list[str], list[int]]:
