@@ -219,7 +219,7 @@ def _choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str 
         wanted = sum(c.tokens for c in calls)
     else:
         text = visible_text(ctx, turns, None, schema) if script is None else scripted_text(script, None, enc)
-        if sampling is not None:
+        if sampling is not None and schema is None:     # (JSON that fits a schema is never lengthened)
             text = vllm.shape(text, sampling, stops, cap, enc)
         elif stops:
             text = _stop(text, stops, enc)
