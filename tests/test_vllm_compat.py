@@ -87,6 +87,11 @@ def test_min_tokens_lengthens_a_short_answer_only(vc):
     longer = chat(vc, min_tokens=33)
     assert longer.usage.completion_tokens == 33 and longer.choices[0].finish_reason == "stop"
     assert chat(vc, min_tokens=5).usage.completion_tokens == 20
+    with pytest.raises(openai.BadRequestError) as caught:      # more than max_tokens (else the model's limit)
+        vc.chat.completions.create(model=MODEL, messages=HI, max_tokens=10, extra_body={"min_tokens": 11})
+    assert caught.value.body["param"] == "min_tokens"
+    with pytest.raises(openai.BadRequestError):
+        chat(vc, min_tokens=10 ** 12)
 
 
 def tokenized(server, text: str) -> list[int]:
@@ -157,6 +162,9 @@ def test_tokenize_errors_are_openai_errors(vllm_server):
     assert missing.status_code == 400 and missing.json()["error"]["type"] == "invalid_request_error"
     bad = httpx.post(url + "/detokenize", json={"model": MODEL, "tokens": [10 ** 9]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    for messages in ([{"role": ""}], [{"role": "tool"}], [{"role": "user", "content": [{"type": "image_url"}]}]):
+        bad_message = httpx.post(url + "/tokenize", json={"model": MODEL, "messages": messages})
+        assert bad_message.status_code == 400 and bad_message.json()["error"]["param"].startswith("messages[0]")
     unknown = httpx.post(url + "/tokenize", json={"model": "no-such-model", "prompt": "hi"})
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
 

@@ -168,7 +168,8 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None) -> ChatPla
     last_role = turns[-1].role if turns else None
     stops = _stops(stop) if (stop := body.get("stop")) else []
     schema = structured.chat_schema(body)
-    sampling = vllm.sampling(body) if ctx.settings.compat == "vllm" else None
+    sampling = (vllm.sampling(body, cap if cap is not None else model.max_output_tokens)
+                if ctx.settings.compat == "vllm" else None)
     choices = []
     first_token = None
     visible = reasoning = 0

@@ -39,7 +39,7 @@ def plan_completion(body: dict, ctx: Context) -> CompletionPlan:
             f"{longest + cap} tokens ({longest} in your prompt; {cap} for the completion). Please reduce "
             "your prompt; or completion length.", param="prompt")
     stops = chatplan._stops(body.get("stop"))
-    sampling = vllm.sampling(body) if ctx.settings.compat == "vllm" else None
+    sampling = vllm.sampling(body, cap) if ctx.settings.compat == "vllm" else None
     n = body.get("n") or 1
     choices, first = [], None
     for p, text in enumerate(texts):

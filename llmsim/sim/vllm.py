@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmsim.errors import InvalidRequestError
 from llmsim.sim import textgen, tokens
 
 
@@ -24,10 +25,14 @@ class Sampling:
     include_stop: bool
 
 
-def sampling(body: dict) -> Sampling | None:
-    """The request's answer-changing vLLM parameters; None when it sets none of them."""
+def sampling(body: dict, most: int) -> Sampling | None:
+    """The request's answer-changing vLLM parameters; None when it sets none of them.
+    `most`: the request's max_tokens, else the model's output limit (min_tokens above it: 400)."""
     ignore = bool(body.get("ignore_eos"))
     least = body.get("min_tokens") or 0
+    if least > most:
+        raise InvalidRequestError(f"min_tokens must be less than or equal to max_tokens={most}, got {least}.",
+                                  param="min_tokens", code="invalid_value")
     ids = body.get("stop_token_ids") or ()
     include = bool(body.get("include_stop_str_in_output"))
     if not (ignore or least or ids or include):
