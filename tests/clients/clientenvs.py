@@ -34,9 +34,12 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
            "OTEL_SDK_DISABLED": "true", "PYTHONWARNINGS": "ignore"}
 
 
+_FAILED: dict[str, str] = {}      # what could not be installed in this process: not tried again
+
+
 def _unavailable(what: str, log: str) -> None:
     tail = "\n".join(log.strip().splitlines()[-5:])
-    message = f"{what} could not be installed (a package registry is needed):\n{tail}"
+    message = _FAILED.setdefault(what, f"{what} could not be installed (a package registry is needed):\n{tail}")
     if IN_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
@@ -76,6 +79,8 @@ class PythonEnv:
 def python_env(name: str) -> PythonEnv:
     """The virtual environment of requirements/NAME.txt, made on first use."""
     requirements = HERE / "requirements" / f"{name}.txt"
+    if f"requirements/{name}.txt" in _FAILED:
+        _unavailable(f"requirements/{name}.txt", "")
     target = CACHE / f"py-{name}-{_digest(requirements)}"
 
     def build(path: Path):
@@ -92,6 +97,8 @@ def node_env() -> Path:
     """js/ with its node_modules installed (npm, exact versions of js/package.json)."""
     if shutil.which("npm") is None or shutil.which("node") is None:
         _unavailable("node and npm", "npm: not found (.ci/run installs it)")
+    if "js/package.json" in _FAILED:
+        _unavailable("js/package.json", "")
     target = CACHE / f"js-{_digest(JS / 'package.json')}"
 
     def build(path: Path):
