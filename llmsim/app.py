@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from llmsim import __version__, datafiles
 from llmsim.api.adapters import adapters
+from llmsim.api import compat
 from llmsim.api.apis import Apis
 from llmsim.api.front import Front
 from llmsim.api.handlers.anthropic import AnthropicHandlers
@@ -39,6 +40,7 @@ from llmsim.api.handlers.generate import Generating
 from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
 from llmsim.api.handlers.stats import StatsHandlers
+from llmsim.api.handlers.vllm import VllmHandlers
 from llmsim.api.methods import AllowedMethods
 from llmsim.api.pipeline import Pipeline
 from llmsim.api.validation import BodyValidator, unsupported_media_type
@@ -79,12 +81,16 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
               "models": ModelsHandlers(sim), "stats": StatsHandlers(sim), "faults": FaultsHandlers(sim),
               "config": ConfigHandlers(sim), "response_store": ResponseStoreHandlers(sim),
               "conversations": ConversationsHandlers(sim), "chat_store": ChatStoreHandlers(sim)}
+    groups["vllm"] = VllmHandlers(sim)         # --compat vllm's routes (llmsim.api.compat)
+    vllm_routes = compat.routes(settings)
+    main_document = compat.main_document(settings)     # --compat vllm: with vLLM's extra parameters
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],
                        **{doc.errors: sim.templates[doc.errors] for doc in apis.documents}}
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"]),
-                                   *[(doc.path, doc.own) for doc in apis.documents]])  # for 405s
+                                   *[(doc.path, doc.own) for doc in apis.documents],
+                                   *([(vllm_routes[0], [""])] if vllm_routes else [])])  # for 405s
 
     def resolve(operation_id: str):
         group, _, name = operation_id.partition(".")
@@ -134,7 +140,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app = AsyncApp(__name__, resolver=Resolver(function_resolver=resolve),
                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False))
     for base in base_paths:
-        app.add_api(datafiles.read_yaml(settings.spec_path), base_path=base, name=base or "bare",
+        app.add_api(main_document, base_path=base, name=base or "bare",
                     validator_map={"body": {"application/json": BodyValidator}},
                     strict_validation=False, validate_responses=False,
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=bool(base)))
@@ -145,6 +151,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                         validator_map={"body": {"application/json": BodyValidator}},
                         strict_validation=False, validate_responses=False,
                         swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=base not in base_paths))
+
+    if vllm_routes is not None:     # vLLM's /tokenize, /detokenize, /version: no prefix, as vLLM
+        app.add_api(vllm_routes[1], base_path="", name="vllm",
+                    validator_map={"body": {"application/json": BodyValidator}},
+                    strict_validation=False, validate_responses=False,
+                    swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False))
 
     async def health(request):
         return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths,
@@ -163,7 +175,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     operations = {}
     if tuned:
         from llmsim.api.fastpath import json_operations
-        operations = json_operations(settings.spec_path, base_paths, resolve)
+        operations = json_operations(main_document, base_paths, resolve)
     return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim, pipeline, generating["websocket"].adapter).router(base_paths),
                  render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
                  base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)

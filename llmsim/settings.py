@@ -153,8 +153,9 @@ class Settings:
 
     @property
     def usage(self) -> str:
-        """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s."""
-        return self.usage_semantics or self.compat
+        """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s
+        (vllm counts as OpenAI does)."""
+        return self.usage_semantics or ("openai" if self.compat == "vllm" else self.compat)
 
     @property
     def templates_dir(self) -> Path:

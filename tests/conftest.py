@@ -49,7 +49,11 @@ SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every
 
 def pytest_ignore_collect(collection_path, config):
     """`-m unit` does not import the modules whose every test is of another kind (collecting
-    them costs each xdist worker seconds: schemathesis builds its tests as it collects)."""
+    them costs each xdist worker seconds: schemathesis builds its tests as it collects).
+    tests/clients (the client matrix: environments of their own to install) is collected only
+    when the marker expression names `clients` (`pytest -m clients tests/clients`)."""
+    if collection_path == Path(__file__).parent / "clients" and "clients" not in (config.getoption("markexpr") or ""):
+        return True
     if config.getoption("markexpr") == "unit" and collection_path.stem in LIVE_MODULES | SLOW_MODULES:
         return True
     return None

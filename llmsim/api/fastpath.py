@@ -92,10 +92,10 @@ def nullable_to_types(schema: t.Any) -> t.Any:
     return out
 
 
-def json_operations(spec_path: Path, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
-    """path -> Operation for every POST the document marks `x-llmsim-fast-lane` (its only
-    input a JSON request body)."""
-    spec = resolve_refs(datafiles.read_yaml(spec_path))
+def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
+    """path -> Operation for every POST the document (a path, or the document as read: llmsim.api.compat)
+    marks `x-llmsim-fast-lane` (its only input a JSON request body)."""
+    spec = resolve_refs(datafiles.read_yaml(spec) if isinstance(spec, Path) else spec)
     ops = {}
     for path, item in (spec.get("paths") or {}).items():
         post = item.get("post")

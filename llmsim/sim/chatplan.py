@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, logprobs, steps, structured, toolcalls
+from llmsim.sim import inputs, latency, logprobs, steps, structured, toolcalls, vllm
 from llmsim.sim.plan import Context, TimedPieces, Usage
 from llmsim.sim.scenarios import Answer
 
@@ -46,6 +46,10 @@ class Choice(TimedPieces):
     refusal: str | None = None             # a refusal's text (its pieces are the refusal's; text None)
 
 
+# The chunk kinds that carry one output token each (chat.yaml's `delta`).
+DELTA_KINDS = frozenset(("content", "tool_call", "arguments", "content_logprobs", "refusal"))
+
+
 class Chunk(NamedTuple):
     """One streamed chunk; `kind` names the template object `chat_{kind}_choice` that renders
     it. The stream template unpacks each (chat.yaml), so a plain tuple of these seven serves
@@ -74,6 +78,16 @@ class ChatPlan:
     include_usage: bool
     service_tier: str
     _chunks: list[Chunk] | None = field(default=None, repr=False, compare=False)
+    continuous_usage: bool = False          # --compat vllm: every chunk carries the usage so far
+
+    @property
+    def counted_chunks(self) -> Iterator[tuple]:
+        """`chunks`, each with the output tokens sent up to it (stream_options.continuous_usage_stats)."""
+        sent = 0
+        for chunk in self.chunks:
+            if chunk[0] in DELTA_KINDS:
+                sent += 1
+            yield (*chunk, sent)
 
     @property
     def chunks(self) -> Iterable[Chunk]:
@@ -177,11 +191,14 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None,
     last_role = turns[-1].role if turns else None
     stops = steps.stop_list(stop) if (stop := body.get("stop")) else []
     schema = structured.chat_schema(body)
+    sampling = (vllm.sampling(body, cap if cap is not None else model.max_output_tokens)
+                if ctx.settings.compat == "vllm" else None)
     choices = []
     first_token = None
     visible = reasoning = 0
     for index in range(body.get("n") or 1):
-        choice, sched = plan_choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema, script)
+        choice, sched = plan_choice(index, ctx, turns, cap, effort, tool_req, last_role, stops, schema, script,
+                                    sampling)
         if first_token is None:
             first_token = sched.first_token
         elif first_token != sched.first_token:
@@ -205,15 +222,18 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None,
                                             body.get("temperature"), ctx.rng, model.encoding)
     return ChatPlan(plan_id, ctx.created_at, body["model"], body, choices,
                     usage, first_at, end_at, effort, include_usage,
-                    "default" if tier in (None, "auto") else tier)
+                    "default" if tier in (None, "auto") else tier,
+                    continuous_usage=include_usage and continuous_usage(body, ctx))
 
 
 def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: str | None,
                 tool_req: toolcalls.ToolRequest | None, last_role: str | None, stops: list[str],
-                schema: dict | None = None, script: Answer | None = None):
+                schema: dict | None = None, script: Answer | None = None,
+                sampling: vllm.Sampling | None = None):
     """One choice and its schedule: text or calls first, then the reasoning that led to it.
     `tool_req` None: the request names no tools; `schema`: the JSON the text must fit;
-    `script`: what the choice says instead (llmsim.sim.scenarios.Answer)."""
+    `script`: what the choice says instead (llmsim.sim.scenarios.Answer); `sampling`: vLLM's
+    answer-changing parameters (--compat vllm)."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
     names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req and script is None else None
     if script is not None and script.calls:
@@ -226,7 +246,9 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
     else:
         text = (steps.visible_text(ctx, turns, None, schema) if script is None
                 else steps.scripted_text(script, None, enc))
-        if stops:
+        if sampling is not None and schema is None:     # (JSON that fits a schema is never lengthened)
+            text = vllm.shape(text, sampling, stops, cap, enc)
+        elif stops:
             text = steps.stop(text, stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
@@ -253,6 +275,11 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
         if script is not None and script.refusal:
             choice.text, choice.refusal = None, text.text
     return choice, sched
+
+
+def continuous_usage(body: dict, ctx: Context) -> bool:
+    """vLLM's stream_options.continuous_usage_stats (only --compat vllm's schema admits it)."""
+    return bool(ctx.settings.compat == "vllm" and (body.get("stream_options") or {}).get("continuous_usage_stats"))
 
 
 def text_chunks(choice: Choice) -> Iterator[tuple]:

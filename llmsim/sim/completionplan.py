@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmsim.errors import ContextLengthError
-from llmsim.sim import chatplan, inputs, steps, tokens
+from llmsim.sim import chatplan, inputs, steps, tokens, vllm
 from llmsim.sim.embeddings import decode
 from llmsim.sim.plan import Context, Usage
 from llmsim.sim.scenarios import Answer
@@ -61,13 +61,14 @@ def plan_completion(body: dict, ctx: Context, history: list[inputs.Turn] | None 
             "your prompt; or completion length.", param="prompt")
     stops = steps.stop_list(body.get("stop"))
     script = as_text(script)
+    sampling = vllm.sampling(body, cap) if ctx.settings.compat == "vllm" else None
     n = body.get("n") or 1
     choices, first = [], None
     for p, text in enumerate(texts):
         turns = [inputs.Turn("user", [text])]
         for j in range(n):
             choice, sched = chatplan.plan_choice(p * n + j, ctx, turns, cap, None, None, "user", stops,
-                                                 None, script)
+                                                 None, script, sampling)
             if first is None:
                 first = sched.first_token
             else:
@@ -78,7 +79,8 @@ def plan_completion(body: dict, ctx: Context, history: list[inputs.Turn] | None 
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return CompletionPlan(ctx.ids.make("completion", ctx.rng), ctx.created_at, body["model"], body, choices,
                           usage, min(c.first_at for c in choices), max(c.end_at for c in choices), None,
-                          include_usage, "default", prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
+                          include_usage, "default", continuous_usage=include_usage and chatplan.continuous_usage(body, ctx),
+                          prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
 
 
 def _prompts(given, encoding: str) -> tuple[list[str], list[int]]:
