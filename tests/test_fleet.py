@@ -363,7 +363,8 @@ def test_backends_stop_when_their_supervisor_is_killed(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["refuse", "503"])
-def test_a_litellm_router_with_retries_and_fallbacks_loses_no_request_when_a_backend_goes_down(fleet, mode):
+def test_a_litellm_router_with_retries_and_fallbacks_loses_no_request_when_a_backend_goes_down(fleet, mode, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")     # (no fetch from the internet)
     import litellm  # a test extra; imported here: it takes seconds
     mini = [fleet.url(f"mini-{n}") for n in range(3)]
     model_list = [{"model_name": "mini", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": f"{url}/v1",
