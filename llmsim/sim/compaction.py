@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from llmsim.sim import inputs, latency, textgen, tokens
 from llmsim.sim.plan import Context, Usage
+from llmsim.sim.plans import Untimed
 
 WORDS_PER_TOKEN = 8         # the summary's words per compacted token
 MIN_WORDS, MAX_WORDS = 16, 4096
@@ -32,7 +33,7 @@ class CompactionItem:
 
 
 @dataclass(slots=True)
-class CompactionPlan:
+class CompactionPlan(Untimed):     # (llmsim.sim.plans: its summary is sealed, not streamed)
     id: str
     created_at: int
     model: str
@@ -40,16 +41,6 @@ class CompactionPlan:
     usage: Usage
     first_token_at: float
     end_at: float
-
-    # -- the Plan protocol (llmsim.sim.plans): its summary is sealed, not streamed: no token times --
-    def token_times(self) -> list:
-        return []
-
-    def cut(self, k: int) -> None:
-        pass
-
-    def truncate(self) -> None:
-        pass
 
 
 def plan_compaction(body: dict, ctx: Context, items: list[dict]) -> CompactionPlan:

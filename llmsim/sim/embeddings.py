@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import latency, tokens
 from llmsim.sim.plan import Context, Usage
+from llmsim.sim.plans import Untimed
 
 MAX_INPUT_TOKENS = 8192          # per input, every embedding model
 MAX_REQUEST_TOKENS = 300_000     # summed over the inputs of one request
@@ -38,23 +39,13 @@ class Embedding:
 
 
 @dataclass(slots=True)
-class EmbeddingPlan:
+class EmbeddingPlan(Untimed):     # (llmsim.sim.plans: no token times, nothing to cut)
     model: str
     data: list[Embedding]
     encoding_format: str
     usage: Usage
     first_token_at: float
     end_at: float
-
-    # -- the Plan protocol (llmsim.sim.plans): no output tokens, nothing for a fault to cut --
-    def token_times(self) -> list:
-        return []
-
-    def cut(self, k: int) -> None:
-        pass
-
-    def truncate(self) -> None:
-        pass
 
 
 def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:

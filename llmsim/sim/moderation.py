@@ -15,6 +15,7 @@ from llmsim import datafiles
 from llmsim.errors import ConfigError, InvalidRequestError, ModelNotFoundError
 from llmsim.sim import latency, tokens
 from llmsim.sim.plan import Usage
+from llmsim.sim.plans import Untimed
 
 ENCODING = "o200k_base"       # what moderation inputs are counted in (for stats)
 
@@ -89,23 +90,13 @@ class Result:
 
 
 @dataclass(slots=True)
-class ModerationPlan:
+class ModerationPlan(Untimed):     # (llmsim.sim.plans: no token times, nothing to cut)
     id: str
     model: str
     results: list[Result]
     usage: Usage
     first_token_at: float
     end_at: float
-
-    # -- the Plan protocol (llmsim.sim.plans): no output tokens, nothing for a fault to cut --
-    def token_times(self) -> list:
-        return []
-
-    def cut(self, k: int) -> None:
-        pass
-
-    def truncate(self) -> None:
-        pass
 
 
 def judge(rules: Rules, text: str, images: int) -> Result:

@@ -40,3 +40,18 @@ class Plan(Protocol):
     def truncate(self) -> None:
         """truncated_output: the answer cut in half, as if its output cap had stopped it."""
         ...
+
+
+class Untimed:
+    """The Plan protocol's methods of an answer without output tokens (embeddings, moderations,
+    compaction): no token times, nothing for a fault to cut."""
+    __slots__ = ()
+
+    def token_times(self) -> list:
+        return []
+
+    def cut(self, k: int) -> None:
+        pass
+
+    def truncate(self) -> None:
+        pass

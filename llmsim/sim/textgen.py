@@ -147,6 +147,11 @@ def stopped(text: Text, stops: Iterable[str], encoding_name: str) -> tuple[Text,
     if not hits:
         return text, None
     end, found = min(hits, key=lambda hit: hit[0])
+    return before(text, end, encoding_name), found
+
+
+def before(text: Text, end: int, encoding_name: str) -> Text:
+    """The text's first `end` characters, its pieces cut there (inside a token if need be)."""
     pieces, length = [], 0
     for piece in text.pieces:
         if length + len(piece) > end:
@@ -156,4 +161,4 @@ def stopped(text: Text, stops: Iterable[str], encoding_name: str) -> tuple[Text,
         pieces.append(piece)
         length += len(piece)
     kept = "".join(pieces)
-    return Text(tuple(pieces), kept, tokens.count(kept, encoding_name), False), found
+    return Text(tuple(pieces), kept, tokens.count(kept, encoding_name), False)

@@ -95,17 +95,7 @@ def _stopped(text: textgen.Text, s: Sampling, stops: list[str], encoding: str) -
             at += len(piece)
     if best is None:
         return None
-    end = best[1]
-    pieces, length = [], 0
-    for piece in text.pieces:
-        if length + len(piece) > end:
-            if end > length:
-                pieces.append(piece[:end - length])
-            break
-        pieces.append(piece)
-        length += len(piece)
-    kept = "".join(pieces)
-    return textgen.Text(tuple(pieces), kept, tokens.count(kept, encoding), False)
+    return textgen.before(text, best[1], encoding)
 
 
 def chat_tokens(turns: list, encoding: str) -> list[int]:
