@@ -227,7 +227,11 @@ def output_tokens(usage) -> tuple[int, int]:
 
 def token_times(plan) -> list:
     """The due times of a plan's visible tokens, one sequence per message item or Chat choice
-    (function-call arguments are not counted as tokens here)."""
+    (function-call arguments are not counted as tokens here). A plan with its own `token_times()`
+    (embeddings, moderations: one answer, no tokens) says so itself."""
+    own = getattr(plan, "token_times", None)
+    if own is not None:
+        return own()
     items = getattr(plan, "choices", None)
     if items is None:
         items = plan.output

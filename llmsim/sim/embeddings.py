@@ -46,6 +46,10 @@ class EmbeddingPlan:
     first_token_at: float
     end_at: float
 
+    def token_times(self) -> list:
+        """No streamed tokens: the answer arrives whole (no inter-token gaps to observe)."""
+        return []
+
 
 def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:
     """`known`: the model is in the catalogue (else any model is allowed and gets the default size)."""
