@@ -9,6 +9,8 @@ Gemini's own:
   model's default); `thinkingBudget` caps the thought tokens (0 turns thinking off), and
   thoughts spend `maxOutputTokens` first, as Gemini counts them in it. `includeThoughts` adds a
   thought summary, streamed while the model thinks;
+* structured output: `responseMimeType: application/json` with `responseSchema` or
+  `responseJsonSchema`: the text is a value of the schema (llmsim.sim.structured);
 * function calls come whole (one part each, due when its last token is), never cut: a call that
   does not fit `maxOutputTokens` is left out (finishReason MAX_TOKENS);
 * candidates are chatplan.Choice objects (so faults and stats treat them as Chat's choices),
@@ -25,7 +27,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, toolcalls
+from llmsim.sim import inputs, latency, structured, textgen, toolcalls
 from llmsim.sim.chatplan import Choice, _cut, _stop
 from llmsim.sim.plan import Context, Usage, check_context, visible_text
 
@@ -205,9 +207,11 @@ def plan_generate(req: dict, ctx: Context) -> GeminiPlan:
     tool_req = tool_request(req)
     last_role = conversation[-1].role if conversation else None
     stops = [s for s in config.get("stopSequences") or () if s]
+    schema = structured.gemini_schema(config)
     candidates, first_token = [], None
     for index in range(config.get("candidateCount") or 1):
-        candidate, first = _candidate(index, ctx, conversation, cap, effort, thinking, tool_req, last_role, stops)
+        candidate, first = _candidate(index, ctx, conversation, cap, effort, thinking, tool_req, last_role, stops,
+                                      schema)
         first_token = first if first_token is None else min(first_token, first)
         candidates.append(candidate)
     visible = sum(c.visible_tokens for c in candidates)
@@ -219,7 +223,7 @@ def plan_generate(req: dict, ctx: Context) -> GeminiPlan:
 
 def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, effort: str | None,
                thinking: dict, tool_req: toolcalls.ToolRequest | None, last_role: str | None,
-               stops: list[str]) -> tuple[Candidate, float]:
+               stops: list[str], schema: dict | None = None) -> tuple[Candidate, float]:
     """One candidate and its time to first token: the answer first, then the thinking that led to it."""
     rng, enc = ctx.rng, ctx.model.encoding
     names = toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability, last_role) if tool_req else None
@@ -227,8 +231,9 @@ def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, ef
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = _stop(visible_text(ctx, conversation, None), stops, enc) if stops else \
-            visible_text(ctx, conversation, None)
+        text = visible_text(ctx, conversation, None, schema)     # JSON of `schema` (structured output)
+        if stops:
+            text = _stop(text, stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
     budget = thinking.get("thinkingBudget")

@@ -22,6 +22,8 @@ toolcalls). What is Anthropic's own:
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
+* structured outputs: `output_config.format` (or the beta's `output_format`) `json_schema`: the
+  text block is a value of the schema (llmsim.sim.structured); `output_config.effort` is accepted.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from typing import Any
 import orjson
 
 from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, textgen, toolcalls
+from llmsim.sim import inputs, latency, structured, textgen, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, visible_text
 
 THINKING_EFFORT = "medium"      # reasoning.yaml's multiplier that sizes a thinking block
@@ -278,7 +280,7 @@ def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> 
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = visible_text(ctx, conversation, None)
+        text = visible_text(ctx, conversation, None, structured.anthropic_schema(body))
         if body.get("stop_sequences"):
             text, stop_sequence = textgen.stopped(text, body["stop_sequences"], enc)
         wanted = text.tokens
