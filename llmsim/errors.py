@@ -6,7 +6,8 @@
     └── APIError               sent to the client: status, type, code, param, message, headers
         ├── InvalidRequestError        400 invalid_request_error
         │   ├── ContextLengthError     400 context_length_exceeded
-        │   └── PreviousResponseNotFoundError  400 previous_response_not_found
+        │   ├── PreviousResponseNotFoundError  400 previous_response_not_found
+        │   └── ThreadUnsupportedError  400, details.error_code thread_unsupported_request (Anthropic)
         ├── AuthenticationError        401
         ├── NotFoundError              404
         │   └── ModelNotFoundError     404 model_not_found, param "model"
@@ -39,6 +40,7 @@ class APIError(LLMSimError):
     status = 500
     type = "server_error"
     code: str | None = None
+    details: dict | None = None     # machine-readable details, where the envelope has them (Anthropic's)
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  status: int | None = None, type: str | None = None,
@@ -62,6 +64,12 @@ class InvalidRequestError(APIError):
 
 class ContextLengthError(InvalidRequestError):
     code = "context_length_exceeded"
+
+
+class ThreadUnsupportedError(InvalidRequestError):
+    """Anthropic's answer to a request with `thread` (the message-threads beta) that it cannot
+    thread: the SDKs' thread helpers then send the full conversation without `thread`."""
+    details = {"error_code": "thread_unsupported_request"}
 
 
 class PreviousResponseNotFoundError(InvalidRequestError):

@@ -22,6 +22,8 @@ toolcalls). What is Anthropic's own:
 * tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
+* message threads (`thread`, a beta): refused with Anthropic's `thread_unsupported_request`, on
+  which the SDKs' thread helpers and default tool runners resend the full conversation unthreaded.
 * structured outputs: `output_config.format` (or the beta's `output_format`) `json_schema`: the
   text block is a value of the schema (llmsim.sim.structured); `output_config.effort` is accepted.
 """
@@ -36,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from llmsim.errors import ContextLengthError, InvalidRequestError
+from llmsim.errors import ContextLengthError, InvalidRequestError, ThreadUnsupportedError
 from llmsim.sim import inputs, latency, structured, textgen, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage, visible_text
 
@@ -256,6 +258,9 @@ def _thinking_budget(body: dict, cap: int) -> int | None:
 
 
 def plan_message(body: dict, ctx: Context, cache: PromptCache | None = None) -> MessagePlan:
+    if body.get("thread") is not None:
+        raise ThreadUnsupportedError("This server does not keep message threads: send the full conversation "
+                                     "without `thread`.", param="thread")
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
     conversation = turns(body)
