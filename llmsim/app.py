@@ -38,6 +38,7 @@ from llmsim.api.handlers.conversations import ConversationsHandlers
 from llmsim.api.handlers.embeddings import EmbeddingsHandlers
 from llmsim.api.handlers.faults import FaultsHandlers
 from llmsim.api.handlers.gemini import GeminiHandlers
+from llmsim.api.handlers.gemini_embed import GeminiEmbedHandlers
 from llmsim.api.handlers.models import ModelsHandlers
 from llmsim.api.handlers.moderations import ModerationsHandlers
 from llmsim.api.handlers.response_store import ResponseStoreHandlers
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     groups["compaction"] = CompactionHandlers(sim, current)
     groups["chat_store"] = ChatStoreHandlers(sim)
     groups["gemini"] = GeminiHandlers(sim, current)
+    groups["gemini_embed"] = GeminiEmbedHandlers(sim, current)
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
     error_templates = {None: sim.templates["errors"],

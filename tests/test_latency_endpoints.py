@@ -92,6 +92,11 @@ def test_gemini_generate_content_answers_and_streams(gemini):
         model="gemini-2.5-flash", contents="hi"))
 
 
+def test_gemini_embed_content_answers(gemini):
+    result = gemini.models.embed_content(model="gemini-embedding-001", contents=["a b", "c"])
+    assert len(result.embeddings) == 2 and all(e.values for e in result.embeddings)
+
+
 def test_every_endpoint_is_counted_in_stats_and_metrics(server, client):
     client.embeddings.create(model="text-embedding-3-small", input="counted")
     client.moderations.create(input="counted")

@@ -7,6 +7,10 @@ equal vectors; texts sharing most words give nearby ones. A token array is decod
 text first, so it embeds as that text does. `dimensions` keeps the first components and
 normalizes again (how OpenAI's text-embedding-3 models shorten). Values are float32 (what
 `encoding_format: base64` carries, little-endian), the same in both formats.
+
+Gemini's embedContent / batchEmbedContents (`plan_gemini`) embed each request's content (its
+parts' text) the same way; `outputDimensionality` shortens as `dimensions` does; a model that
+is not an embedding model is Google's 404, as its API answers.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from llmsim.errors import InvalidRequestError
+from llmsim.errors import InvalidRequestError, NotFoundError
 from llmsim.sim import latency, tokens
 from llmsim.sim.plan import Context, Usage
 
@@ -76,6 +80,37 @@ def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:
     total = sum(counts)
     return EmbeddingPlan(body["model"], data, body.get("encoding_format") or "float",
                          Usage(total, 0, 0, total), sched.first_token, sched.end)
+
+
+GEMINI_MAX_BATCH = 100           # requests in one batchEmbedContents
+
+
+def plan_gemini(requests: list[dict], ctx: Context, known: bool, method: str) -> EmbeddingPlan:
+    """One vector per Gemini EmbedContentRequest (fields in camelCase), for `method`
+    (embedContent | batchEmbedContents, named in errors); `known` as for `plan_embeddings`."""
+    model = ctx.model
+    size = model.dimensions or (None if known else DEFAULT_DIMENSIONS)
+    if size is None:
+        raise NotFoundError(f"models/{model.id} is not found for API version v1beta, or is not supported for "
+                            f"{method}. Call ListModels to see the list of available models and their "
+                            "supported methods.")
+    if len(requests) > GEMINI_MAX_BATCH:
+        raise InvalidRequestError(f"* BatchEmbedContentsRequest.requests: at most {GEMINI_MAX_BATCH} requests "
+                                  "can be in one batch", param="requests")
+    data, total, salt = [], 0, f"{model.id}\x00".encode()
+    for i, req in enumerate(requests):
+        text = "".join(part.get("text") or "" for part in (req.get("content") or {}).get("parts") or ())
+        if not text:
+            raise InvalidRequestError("* EmbedContentRequest.content: contents must not be empty",
+                                      param=f"requests[{i}].content" if method != "embedContent" else "content")
+        keep = req.get("outputDimensionality") or size
+        if keep > size:
+            raise InvalidRequestError(f"* EmbedContentRequest.output_dimensionality: must be at most {size}",
+                                      param="outputDimensionality")
+        data.append(Embedding(i, vector(text, salt, size, keep)))
+        total += tokens.count(text, model.encoding)
+    sched = latency.schedule(ctx.profile, ctx.rng, 0, 0)
+    return EmbeddingPlan(model.id, data, "float", Usage(total, 0, 0, total), sched.first_token, sched.end)
 
 
 def _inputs(given, encoding: str) -> tuple[list[str], list[int]]:
