@@ -50,7 +50,9 @@ ERROR = closed({"type": const("error"), "error": closed({"type": {"enum": ERROR_
                                                          {"details": {"type": "object"}})},
                {"request_id": {"type": ["string", "null"]}})
 MODEL_INFO = closed({"type": const("model"), "id": STRING, "display_name": STRING,
-                     "created_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"}})
+                     "created_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"}},
+                    {"lifecycle": {"enum": ["active", "deprecated", "retired"]}, "max_input_tokens": INT,
+                     "max_tokens": INT})
 
 BODIES = {
     "message": MESSAGE,
