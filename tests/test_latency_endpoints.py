@@ -77,6 +77,20 @@ def test_responses_answer_and_stream(client):
     assert events[-1].type == "response.completed" and events[-1].response.output_text
 
 
+def test_responses_compact_answers(client):
+    compacted = client.responses.compact(model="gpt-5", input=[{"role": "user", "content": "Tell me about tides"}])
+    assert compacted.output and compacted.usage.output_tokens > 0
+
+
+def test_a_responses_websocket_turn_answers(client):
+    with client.responses.connect() as conn:
+        conn.response.create(model="gpt-5", input="hi")
+        for event in conn:
+            if event.type in ("response.completed", "response.failed", "error"):
+                break
+    assert event.type == "response.completed" and event.response.output_text
+
+
 def test_anthropic_messages_answer_and_stream(claude):
     raw = claude.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=50,
                                                    messages=[{"role": "user", "content": "hi"}])
