@@ -75,7 +75,10 @@ def name_known_fault_kinds(body: dict) -> None:
 
 
 def obey_anthropics_rules(body: dict) -> None:
-    """openapi/anthropic.yaml: a thinking budget below max_tokens; a named tool among the tools."""
+    """openapi/anthropic.yaml: a thinking budget below max_tokens; a named tool among the tools;
+    no `thread` (message threads are answered thread_unsupported_request, a documented 400)."""
+    if isinstance(body.get("messages"), list):
+        body.pop("thread", None)
     thinking, cap = body.get("thinking"), body.get("max_tokens")
     if isinstance(thinking, dict) and isinstance(thinking.get("budget_tokens"), int) and isinstance(cap, int):
         if thinking["budget_tokens"] >= cap:
