@@ -59,6 +59,10 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         reasoning.pop("effort")
     if isinstance(body.get("dimensions"), int):             # at most the embedding model's size
         body["dimensions"] = min(body["dimensions"], EMBEDDING_SIZE)
+    for request in [body, *(body.get("requests") if isinstance(body.get("requests"), list) else ())]:
+        for name in ("outputDimensionality", "output_dimensionality"):      # Gemini's, likewise
+            if isinstance(request, dict) and isinstance(request.get(name), int) and not isinstance(request[name], bool):
+                request[name] = min(request[name], EMBEDDING_SIZE)
     if isinstance(body.get("profile"), str):                 # PATCH /llmsim/config: a profile of the data
         body["profile"] = "instant"
     obey_anthropics_rules(body)

@@ -98,11 +98,8 @@ def plan_gemini(requests: list[dict], ctx: Context, known: bool, method: str) ->
         raise InvalidRequestError(f"* BatchEmbedContentsRequest.requests: at most {GEMINI_MAX_BATCH} requests "
                                   "can be in one batch", param="requests")
     data, total, salt = [], 0, f"{model.id}\x00".encode()
-    for i, req in enumerate(requests):
+    for i, req in enumerate(requests):      # a content without text embeds as the empty text
         text = "".join(part.get("text") or "" for part in (req.get("content") or {}).get("parts") or ())
-        if not text:
-            raise InvalidRequestError("* EmbedContentRequest.content: contents must not be empty",
-                                      param=f"requests[{i}].content" if method != "embedContent" else "content")
         keep = req.get("outputDimensionality") or size
         if keep > size:
             raise InvalidRequestError(f"* EmbedContentRequest.output_dimensionality: must be at most {size}",
