@@ -1,10 +1,14 @@
-"""Drift between llmsim and the newest official SDK's types (`openai.types`).
+"""Drift between llmsim and the newest official SDKs' types (`openai.types`, `anthropic.types`,
+`google.genai.types`).
 
 Starts `llmsim serve --profile instant` on a free port (or uses `--url`), runs a representative
 set of calls through the `openai` SDK (Responses JSON and streams with reasoning and tool calls,
 stored retrieve / input items / delete, input token counts, Chat JSON and streams with tools and
-n=2, models, conversations and their items, an error, a WebSocket turn), parses every body and
-stream event as received into the SDK's pydantic model (tests/sdk_types.py), and prints:
+n=2, models, conversations and their items, an error, a WebSocket turn), Anthropic Messages
+through the `anthropic` SDK (JSON and streams, with thinking and tools, count_tokens, models, an
+error) and Gemini through HTTP (generateContent, its stream, countTokens, embeddings), parses
+every body and stream event as received into its SDK's pydantic model (tests/sdk_types.py), and
+prints:
 
 - per SDK model, the fields the SDK declares that llmsim never sent;
 - every field llmsim sent that the SDK does not declare, marked when a departure in
@@ -26,6 +30,8 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import anthropic  # noqa: E402
+import httpx  # noqa: E402
 import openai  # noqa: E402
 
 import sdk_types  # noqa: E402
@@ -174,14 +180,66 @@ def websocket_calls(client: openai.OpenAI, check: Callable) -> None:
 
 
 CALLS = [responses_calls, chat_calls, models_calls, conversation_calls, websocket_calls]
+CLAUDE = "claude-sonnet-4-5"
+CLAUDE_TOOL = {"name": "get_weather", "description": "Weather in a city.",
+               "input_schema": FUNCTION["parameters"]}
+GEMINI = "gemini-2.5-flash"
+
+
+def anthropic_calls(root: str, check: Callable) -> None:
+    client = anthropic.Anthropic(base_url=root, api_key="sk-ant-drift", max_retries=0)
+    requests = [
+        dict(model=CLAUDE, max_tokens=256, messages=ASK),
+        dict(model=CLAUDE, max_tokens=2048, messages=ASK, thinking={"type": "enabled", "budget_tokens": 1024}),
+        dict(model=CLAUDE, max_tokens=256, messages=ASK, tools=[CLAUDE_TOOL], tool_choice={"type": "any"}),
+        dict(model=CLAUDE, max_tokens=256, messages=ASK, stop_sequences=["e"]),
+    ]
+    for i, request in enumerate(requests):
+        check("anthropic.Message", client.messages.with_raw_response.create(**request).http_response.json(),
+              f"anthropic messages #{i}")
+        with client.messages.with_streaming_response.create(stream=True, **request) as stream:
+            for event in sse(stream.iter_lines()):
+                if event.get("type") != "ping":     # Anthropic's keep-alive: documented, no SDK type
+                    check("anthropic.MessageStreamEvent", event, f"anthropic messages #{i} stream {event['type']}")
+    counted = client.messages.with_raw_response.count_tokens(model=CLAUDE, messages=ASK)
+    check("anthropic.MessageTokensCount", counted.http_response.json(), "anthropic count_tokens")
+    for model in client.models.with_raw_response.list().http_response.json()["data"]:
+        check("anthropic.ModelInfo", model, f"anthropic models.list {model.get('id')}")
+    try:
+        client.messages.create(model="no-such-model", max_tokens=5, messages=ASK)
+    except anthropic.APIStatusError as exc:
+        check("anthropic.ErrorResponse", exc.response.json(), "anthropic unknown model")
+
+
+def gemini_calls(root: str, check: Callable) -> None:
+    def post(method: str, body: dict, model: str = GEMINI, **params) -> httpx.Response:
+        return httpx.post(f"{root}/v1beta/models/{model}:{method}", json=body, params=params, timeout=60)
+    ask = {"contents": [{"role": "user", "parts": [{"text": "What's the weather in Paris?"}]}]}
+    tools = {"tools": [{"functionDeclarations": [{"name": "get_weather", "parameters": FUNCTION["parameters"]}]}],
+             "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}}
+    thoughts = {"generationConfig": {"thinkingConfig": {"includeThoughts": True}}}
+    for i, request in enumerate([ask, {**ask, **tools}, {**ask, **thoughts}]):
+        check("gemini.GenerateContentResponse", post("generateContent", request).json(), f"gemini generate #{i}")
+        with httpx.stream("POST", f"{root}/v1beta/models/{GEMINI}:streamGenerateContent", params={"alt": "sse"},
+                          json=request, timeout=60) as stream:
+            for chunk in sse(stream.iter_lines()):
+                check("gemini.GenerateContentResponse", chunk, f"gemini stream #{i}")
+    check("gemini.CountTokensResponse", post("countTokens", ask).json(), "gemini countTokens")
+    embed = {"requests": [{"model": "models/gemini-embedding-001", "content": {"parts": [{"text": "x"}]}}]}
+    check("gemini.EmbedContentResponse", post("batchEmbedContents", embed, "gemini-embedding-001").json(),
+          "gemini batchEmbedContents")
 
 
 def collect(base_url: str) -> Collector:
-    """Run every call against `base_url` (an OpenAI base URL, e.g. http://127.0.0.1:PORT/v1)."""
+    """Run every call against `base_url` (an OpenAI base URL, e.g. http://127.0.0.1:PORT/v1), and
+    the Anthropic and Gemini calls against the same server's root."""
     collector = Collector()
     client = openai.OpenAI(base_url=base_url, api_key="sk-drift", max_retries=0)
     for calls in CALLS:
         calls(client, collector)
+    root = base_url.rstrip("/").removesuffix("/v1")
+    anthropic_calls(root, collector)
+    gemini_calls(root, collector)
     return collector
 
 

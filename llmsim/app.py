@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
               "completions": generating["completions"], "embeddings": generating["embeddings"],
               "moderations": generating["moderations"], "compaction": generating["compact"],
               "anthropic": AnthropicHandlers(sim, generating["anthropic"]),
-              "gemini": GeminiHandlers(sim, generating["gemini"]),
+              "gemini": GeminiHandlers(sim, generating["gemini"], generating["gemini_embed"]),
               "models": ModelsHandlers(sim), "stats": StatsHandlers(sim), "faults": FaultsHandlers(sim),
               "config": ConfigHandlers(sim), "response_store": ResponseStoreHandlers(sim),
               "conversations": ConversationsHandlers(sim), "chat_store": ChatStoreHandlers(sim)}

@@ -6,7 +6,8 @@
     └── APIError               sent to the client: status, type, code, param, message, headers
         ├── InvalidRequestError        400 invalid_request_error
         │   ├── ContextLengthError     400 context_length_exceeded
-        │   └── PreviousResponseNotFoundError  400 previous_response_not_found
+        │   ├── PreviousResponseNotFoundError  400 previous_response_not_found
+        │   └── ThreadUnsupportedError  400, details.error_code thread_unsupported_request (Anthropic)
         ├── AuthenticationError        401
         ├── NotFoundError              404
         │   └── ModelNotFoundError     404 model_not_found, param "model"
@@ -40,6 +41,7 @@ class APIError(LLMSimError):
     type = "server_error"
     code: str | None = None
     retry_delay: str | None = None      # when a retry may succeed ("17s"), for envelopes that say it
+    details: dict | None = None     # machine-readable details, where the envelope has them (Anthropic's)
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  status: int | None = None, type: str | None = None,
@@ -63,6 +65,12 @@ class InvalidRequestError(APIError):
 
 class ContextLengthError(InvalidRequestError):
     code = "context_length_exceeded"
+
+
+class ThreadUnsupportedError(InvalidRequestError):
+    """Anthropic's answer to a request with `thread` (the message-threads beta) that it cannot
+    thread: the SDKs' thread helpers then send the full conversation without `thread`."""
+    details = {"error_code": "thread_unsupported_request"}
 
 
 class PreviousResponseNotFoundError(InvalidRequestError):

@@ -46,10 +46,13 @@ STARTED_MESSAGE = {**MESSAGE, "properties": {**MESSAGE["properties"], "content":
 ERROR_TYPES = ["invalid_request_error", "authentication_error", "billing_error", "permission_error",
                "not_found_error", "request_too_large", "rate_limit_error", "api_error", "timeout_error",
                "overloaded_error"]
-ERROR = closed({"type": const("error"), "error": closed({"type": {"enum": ERROR_TYPES}, "message": STRING})},
+ERROR = closed({"type": const("error"), "error": closed({"type": {"enum": ERROR_TYPES}, "message": STRING},
+                                                         {"details": {"type": "object"}})},
                {"request_id": {"type": ["string", "null"]}})
 MODEL_INFO = closed({"type": const("model"), "id": STRING, "display_name": STRING,
-                     "created_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"}})
+                     "created_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"}},
+                    {"lifecycle": {"enum": ["active", "deprecated", "retired"]}, "max_input_tokens": INT,
+                     "max_tokens": INT})
 
 BODIES = {
     "message": MESSAGE,

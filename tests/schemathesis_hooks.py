@@ -4,12 +4,19 @@ A schema-valid request is expected to be accepted. A few rules between fields (o
 requests: a page cursor names an item an earlier listing returned) cannot be written in an
 OpenAPI 3.0 schema; each is a documented 400 tested elsewhere. Here generated
 *valid* (positive) requests are adjusted to obey them, so that "valid requests are accepted"
-stays a meaningful check. Invalid (negative) requests are sent untouched.
+stays a meaningful check. Invalid (negative) requests are sent untouched, except one whose
+only fault is an explicit `null` for an optional field: the server takes that as absent, as
+the providers do (llmsim.api.validation.check), so it is not generated as invalid.
 """
 from __future__ import annotations
 
-import schemathesis
+import copy
 
+import schemathesis
+from connexion.json_schema import resolve_refs
+
+from llmsim.api import validation
+from llmsim.errors import InvalidRequestError
 from llmsim.faults.kinds import load_kinds
 
 # A model's output limit is per model (llmsim/data/models.yaml); the catalogue's smallest.
@@ -52,6 +59,10 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         reasoning.pop("effort")
     if isinstance(body.get("dimensions"), int):             # at most the embedding model's size
         body["dimensions"] = min(body["dimensions"], EMBEDDING_SIZE)
+    for request in [body, *(body.get("requests") if isinstance(body.get("requests"), list) else ())]:
+        for name in ("outputDimensionality", "output_dimensionality"):      # Gemini's, likewise
+            if isinstance(request, dict) and isinstance(request.get(name), int) and not isinstance(request[name], bool):
+                request[name] = min(request[name], EMBEDDING_SIZE)
     if isinstance(body.get("profile"), str):                 # PATCH /llmsim/config: a profile of the data
         body["profile"] = "instant"
     obey_anthropics_rules(body)
@@ -68,7 +79,10 @@ def name_known_fault_kinds(body: dict) -> None:
 
 
 def obey_anthropics_rules(body: dict) -> None:
-    """openapi/anthropic.yaml: a thinking budget below max_tokens; a named tool among the tools."""
+    """openapi/anthropic.yaml: a thinking budget below max_tokens; a named tool among the tools;
+    no `thread` (message threads are answered thread_unsupported_request, a documented 400)."""
+    if isinstance(body.get("messages"), list):
+        body.pop("thread", None)
     thinking, cap = body.get("thinking"), body.get("max_tokens")
     if isinstance(thinking, dict) and isinstance(thinking.get("budget_tokens"), int) and isinstance(cap, int):
         if thinking["budget_tokens"] >= cap:
@@ -94,6 +108,32 @@ def gemini_allowed_functions_are_declared(body: dict) -> None:
             for names_key in ("allowedFunctionNames", "allowed_function_names"):
                 if isinstance(calling, dict) and isinstance(calling.get(names_key), list):
                     calling[names_key] = [name for name in calling[names_key] if name in declared]
+
+
+_VALIDATORS: dict = {}
+
+
+def body_validator(operation):
+    """The request validator the server compiles for `operation`'s JSON body (None: no body)."""
+    key = (id(operation.schema.raw_schema), operation.method.lower(), operation.path)
+    if key not in _VALIDATORS:
+        resolved = _VALIDATORS.setdefault(id(operation.schema.raw_schema), resolve_refs(operation.schema.raw_schema))
+        op = resolved["paths"].get(operation.path, {}).get(operation.method.lower(), {})
+        schema = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema")
+        _VALIDATORS[key] = validation.compile_schema(schema) if schema else None
+    return _VALIDATORS[key]
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_negative or not isinstance(case.body, dict):
+        return True
+    validator = body_validator(case.operation)
+    try:
+        return validator is None or not validation.check(validator, copy.deepcopy(case.body))
+    except InvalidRequestError:
+        return True
 
 
 @schemathesis.hook

@@ -1,4 +1,6 @@
-"""Check JSON that llmsim sends against the official SDK's own types (`openai.types`).
+"""Check JSON that llmsim sends against the official SDKs' own types (`openai.types`, and for
+the other providers' APIs `anthropic.types` and `google.genai.types`: kinds `anthropic.*`,
+`gemini.*`, which no OpenAI departure rule normalizes).
 
 OpenAI's OpenAPI document in ../shared is frozen at one release, while the SDK is regenerated
 from the live API every week. So every body and event that tests/oai_schemas.py validates
@@ -21,6 +23,7 @@ Public API: :func:`check` (by OpenAI schema name, as oai_schemas uses them),
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import threading
 import typing
@@ -57,6 +60,15 @@ KINDS = {
     "CreateCompletionResponse": "openai.types:Completion",
     "CreateModerationResponse": "openai.types:ModerationCreateResponse",
     "ChatCompletionDeleted": "openai.types.chat:ChatCompletionDeleted",
+    # Anthropic Messages (openapi/anthropic.yaml) and Gemini (openapi/gemini.yaml), by their SDKs
+    "anthropic.Message": "anthropic.types:Message",
+    "anthropic.MessageStreamEvent": "anthropic.types:RawMessageStreamEvent",
+    "anthropic.MessageTokensCount": "anthropic.types:MessageTokensCount",
+    "anthropic.ModelInfo": "anthropic.types:ModelInfo",
+    "anthropic.ErrorResponse": "anthropic.types:ErrorResponse",
+    "gemini.GenerateContentResponse": "google.genai.types:GenerateContentResponse",
+    "gemini.CountTokensResponse": "google.genai.types:CountTokensResponse",
+    "gemini.EmbedContentResponse": "google.genai.types:EmbedContentResponse",
 }
 
 _lock = threading.Lock()
@@ -91,12 +103,16 @@ def check(kind: str, data: Any) -> None:
     Kinds without an SDK type (see KINDS) are skipped."""
     if kind not in KINDS:
         return
-    normalized, _ = oai_schemas._normalize(data)
+    normalized = data if "." in kind else oai_schemas._normalize(data)[0]
     model = _pick(sdk_type(kind), normalized, kind)
     try:
         parsed = model.model_validate(normalized)
     except pydantic.ValidationError as exc:
-        raise AssertionError(f"does not parse as the SDK's {_name(model)} ({KINDS[kind]}): {exc}") from None
+        # A type that forbids extra keys (google-genai's): parse without them; the walk below
+        # reports each as unknown to the SDK.
+        if not all(error["type"] == "extra_forbidden" for error in exc.errors()):
+            raise AssertionError(f"does not parse as the SDK's {_name(model)} ({KINDS[kind]}): {exc}") from None
+        parsed = model.model_validate(_without(normalized, [error["loc"] for error in exc.errors()]))
     found: list[tuple[str, str, str]] = []
     with _lock:
         _walk(parsed, normalized, "$", found)
@@ -183,8 +199,10 @@ def isolated(keep: bool = True) -> Iterator[None]:
 
 
 def _sdk_version() -> str:
+    import anthropic
     import openai
-    return openai.__version__
+    from google import genai
+    return f"{openai.__version__}, anthropic {anthropic.__version__}, google-genai {genai.__version__}"
 
 
 def _name(tp: Any) -> str:
@@ -225,6 +243,17 @@ def _pick(tp: Any, data: Any, kind: str) -> type:
             return member
     raise AssertionError(f"{kind}: type {value!r} is no member of the SDK's union "
                          f"({KINDS[kind]}, openai {_sdk_version()})")
+
+
+def _without(data: Any, locations: list) -> Any:
+    """A copy of `data` without the keys at `locations` (pydantic error locations)."""
+    data = copy.deepcopy(data)
+    for loc in locations:
+        node = data
+        for part in loc[:-1]:
+            node = node[part]
+        node.pop(loc[-1], None)
+    return data
 
 
 def _walk(obj: Any, raw: Any, path: str, found: list) -> None:

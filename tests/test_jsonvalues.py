@@ -84,3 +84,18 @@ def test_the_same_seed_draws_the_same_value():
 def test_hostile_schemas_give_a_bounded_value_quickly(schema):
     value = jsonvalues.value(schema, random.Random(0))
     assert len(repr(value)) < 200_000
+
+
+def test_values_look_like_a_models_optional_properties_written_and_arrays_filled():
+    """What instructor's `create_iterable` asks (`tasks` optional): a model fills it in."""
+    item = {"type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                           "email": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
+    schema = {"type": "object", "properties": {"tasks": {"type": "array", "items": item}}}
+    values = [jsonvalues.value(schema, random.Random(seed)) for seed in range(200)]
+    for value in values:
+        jsonschema.validate(value, schema)
+    assert all(value.get("tasks") for value in values)          # top level: always, never empty
+    nested = [task for value in values for task in value["tasks"]]
+    assert sum("age" in task for task in nested) > 0.8 * len(nested)
+    assert sum(isinstance(task.get("email"), str) for task in nested) > 0.8 * len(nested)

@@ -170,6 +170,22 @@ class Gemini(Driver):
         return self.error(failure).get("status", "")
 
 
+class GeminiEmbed(Gemini):
+    model = "gemini-embedding-001"
+    name = "gemini_embed"
+
+    def ask(self, server, prompt="Say something.", headers=None, key=None):
+        options = genai_types.HttpOptions(base_url=server.url, headers=headers or {}, timeout=30_000,
+                                          retry_options=genai_types.HttpRetryOptions(attempts=1))
+        client = genai.Client(api_key=key or _key(), http_options=options)
+        try:
+            r = client.models.embed_content(model=self.model, contents=prompt)
+        except genai_errors.APIError as exc:
+            raise Failure(exc.code, {"error": exc.details.get("error", {}) if isinstance(exc.details, dict) else {}},
+                          dict(getattr(exc.response, "headers", {}) or {})) from None
+        return Answer(json.dumps(r.embeddings[0].values[:8]))
+
+
 class Socket(Driver):
     model = GPT
     """Responses over the WebSocket mode (the SDK's `responses.connect`); an error event is a Failure."""
@@ -188,7 +204,7 @@ class Socket(Driver):
 
 
 DRIVERS = {d.name: d() for d in (Responses, Socket, Chat, Completions, Messages, Gemini, Embeddings,
-                                 Moderations, Compaction)}
+                                 GeminiEmbed, Moderations, Compaction)}
 APIS = [cls.name for cls in ADAPTERS]
 ADAPTER = {cls.name: cls for cls in ADAPTERS}
 

@@ -63,7 +63,8 @@ def test_request_parameters_are_echoed(client):
     params = dict(instructions="Be brief.", metadata={"team": "qa", "run": "7"}, temperature=0.25,
                   top_p=0.5, parallel_tool_calls=False, store=False, truncation="auto",
                   user="user-42", service_tier="flex", max_output_tokens=500, background=False,
-                  text={"format": {"type": "json_object"}}, top_logprobs=3, max_tool_calls=4)
+                  text={"format": {"type": "json_object"}, "verbosity": "low"}, top_logprobs=3, max_tool_calls=4,
+                  prompt_cache_retention="24h")
     _, body = create_raw(client, model="gpt-4o", input="hi", **params)
     for name, value in params.items():
         assert body[name] == value, name
@@ -75,8 +76,8 @@ def test_unset_parameters_get_openai_defaults(client):
     assert body["tool_choice"] == "auto" and body["tools"] == []
     assert body["metadata"] == {} and body["instructions"] is None
     assert body["parallel_tool_calls"] is True and body["store"] is True
-    assert body["text"] == {"format": {"type": "text"}}
-    assert body["truncation"] == "disabled"
+    assert body["text"] == {"format": {"type": "text"}, "verbosity": "medium"}
+    assert body["truncation"] == "disabled" and body["prompt_cache_retention"] is None
     assert "user" not in body
 
 

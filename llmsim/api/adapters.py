@@ -269,6 +269,23 @@ class Moderations(Embeddings):
         return moderation.plan_moderation(call.req, self.rules, ctx)
 
 
+class GeminiEmbed(Embeddings):
+    """Gemini's embedContent and batchEmbedContents (`embeddings.gemini_request`)."""
+    name = endpoint = "gemini_embed"
+    provider, template_name = "gemini", "gemini_embeddings"
+
+    def cost(self, req):
+        return None, len(req["requests"])
+
+    def plan(self, call, ctx, script):
+        req = call.req
+        return embeddings.plan_gemini(req["requests"], ctx, self.sim.catalogue.find(req["model"]) is not None,
+                                      req["method"])
+
+    def variables(self, call):
+        return {"shape": call.req["shape"]}
+
+
 class Compaction(Embeddings):
     """POST /responses/compact: a conversation's user messages and one compaction item."""
     name, endpoint, template_name = "compact", "responses", "compaction"
@@ -311,7 +328,8 @@ class ResponsesSocket(Responses):
         await call.extra.send(call)
 
 
-ADAPTERS = (Responses, Chat, Completions, Messages, Gemini, Embeddings, Moderations, Compaction, ResponsesSocket)
+ADAPTERS = (Responses, Chat, Completions, Messages, Gemini, Embeddings, GeminiEmbed, Moderations, Compaction,
+            ResponsesSocket)
 
 
 def adapters(sim: Simulator) -> dict[str, Adapter]:

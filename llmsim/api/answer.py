@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.observe import stats
 from llmsim.pacing import transport
 
 if TYPE_CHECKING:   # types only: the composition root sits above the API
@@ -17,7 +18,10 @@ def events(sim: Simulator, frames, start: float, ticket=None) -> transport.Paced
     if ticket is not None:
         frames, start = ticket.timed(frames), ticket.start
     keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-    return transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+    paced = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+    if (ex := stats.current()) is not None:
+        paced.on_left = ex.left         # a stream its client leaves counts what it sent
+    return paced
 
 
 async def wait(sim: Simulator, plan, start: float, ticket=None) -> None:

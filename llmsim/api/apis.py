@@ -9,6 +9,7 @@ is read from the documents; nothing here names a provider.
       header: anthropic-version         # optional: this header claims a request (below)
       shared: [/v1]                     # optional: base paths it shares with the OpenAI document
       unauthenticated: {missing: ..., invalid: ...}     # optional: its 401 messages
+      claims: '/models/[^/:]+:[a-z][A-Za-z]+'  # optional: a pattern of more paths it claims there
     components:
       securitySchemes:                  # apiKey schemes: where else a key may be sent
         ApiKey: {type: apiKey, in: header, name: x-api-key}
@@ -19,7 +20,8 @@ a query parameter) is checked like `Authorization: Bearer` (llmsim.api.guard).
 
 A request under one of `shared` is claimed, moved to the same path under the document's
 first server, when it carries `header` or when its path is one of the document's that the
-OpenAI document lacks: `/v1/messages` is `/anthropic/v1/messages`, `GET /v1/models` with
+OpenAI document lacks, or matches `claims` (so a route of its provider that is not simulated
+is answered in its envelope): `/v1/messages` is `/anthropic/v1/messages`, `GET /v1/models` with
 `anthropic-version` is Anthropic's list, `/v1/models/gemini-2.5-flash:generateContent` is
 `/v1beta/models/gemini-2.5-flash:generateContent`. (Mounted on `/v1` itself, beside the
 OpenAI document, connexion would not reach such a route: OpenAI's `GET /models/{model}`
@@ -69,6 +71,8 @@ def _document(path: Path, taken: set[str]) -> Document:
     marks = doc["x-llmsim"]
     own = tuple(server["url"].rstrip("/") for server in doc["servers"])
     mine = [re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(p)) for p in doc["paths"] if _shape(p) not in taken]
+    if marks.get("claims"):
+        mine.append(marks["claims"])
     header = marks.get("header")
     schemes = [s for s in ((doc.get("components") or {}).get("securitySchemes") or {}).values()
                if s.get("type") == "apiKey"]

@@ -49,7 +49,8 @@ class Operation:
         remembered in `valid`, which `call` looks in first: the same text parses to the
         same value."""
         if not self.fast.is_valid(body):
-            check(self.full, body)      # raises, naming the field (its depth checked first)
+            if check(self.full, body):  # raises, naming the field (its depth checked first)
+                return                  # explicit nulls were dropped: `raw` is not the body checked
         else:
             check_depth(body, raw)
         if len(raw) <= MAX_VALID_SIZE and len(self.valid) < MAX_VALID:

@@ -177,16 +177,51 @@ def compile_schema(schema: dict):
     return RequestValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
 
 
-def check(validator, body: t.Any) -> None:
+def check(validator, body: t.Any) -> bool:
     """Raise InvalidRequestError (message naming the field, `param` its path) for the most
-    relevant problem of a parsed JSON body; shared by HTTP and WebSocket `response.create`."""
+    relevant problem of a parsed JSON body; shared by HTTP and WebSocket `response.create`.
+    An explicit `null` where the schema admits none, for a field that may be left out, is
+    taken as absent, as the providers do: the key is removed from `body` (in place). True
+    when that happened (the body differs from the text it was parsed from)."""
     check_depth(body)
-    error = best_match(validator.iter_errors(body))
-    if error is not None:
+    errors = list(validator.iter_errors(body))
+    if not errors:
+        return False
+    removed = _drop_nulls(validator, body, errors)
+    if removed is None:
+        error = best_match(errors)
         message, param = _describe(error)
         raise InvalidRequestError(message, param=param,
                                   code="missing_required_parameter" if error.validator == "required"
                                   else "invalid_value")
+    return removed
+
+
+def _drop_nulls(validator, body: t.Any, errors: list) -> bool | None:
+    """Remove the object keys whose `null` value is all that is wrong, while that leaves a
+    valid body; None when the body stays invalid (then nothing was removed)."""
+    dropped: list[tuple[dict, str]] = []
+    while errors:
+        found = {}
+        for error in errors:
+            path = error.absolute_path
+            if error.instance is not None or not path or not isinstance(path[-1], str):
+                break
+            parent = body
+            for part in list(path)[:-1]:
+                parent = parent[part]
+            found[(id(parent), path[-1])] = (parent, path[-1])
+        else:
+            for parent, key in found.values():
+                if key in parent:
+                    dropped.append((parent, key))
+                    del parent[key]
+            errors = list(validator.iter_errors(body))
+            continue
+        for parent, key in reversed(dropped):     # a required field was null: not ours to excuse
+            parent[key] = None
+        return None
+    return bool(dropped)
 
 
 # A body schema marked `x-llmsim-handler-checks: true` documents a body its handler checks

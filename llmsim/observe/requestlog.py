@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from llmsim.observe.stats import Exchange, output_tokens
+from llmsim.observe.stats import Exchange, sent
 
 FLUSH_INTERVAL = 0.2
 
@@ -27,9 +27,9 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
-def gaps_summary(plan) -> dict | None:
+def gaps_summary(token_times: list) -> dict | None:
     """mean / p50 / max of the intended gaps between consecutive visible tokens, in ms."""
-    gaps = sorted(b - a for times in plan.token_times() for a, b in zip(times, times[1:]))
+    gaps = sorted(b - a for times in token_times for a, b in zip(times, times[1:]))
     if not gaps:
         return None
     return {"mean": _ms(sum(gaps) / len(gaps)), "p50": _ms(gaps[len(gaps) // 2]), "max": _ms(gaps[-1])}
@@ -44,11 +44,11 @@ def record(ex: Exchange, end_wall: float) -> dict:
             "injected": ex.injected, "start": round(ex.wall, 6), "end": round(end_wall, 6),
             "elapsed_ms": _ms(end_wall - ex.wall)}
     if plan is not None:
-        completion, reasoning = output_tokens(plan.usage)
-        line.update(model=plan.model, ttft_ms=_ms(plan.first_token_at + ex.delay), duration_ms=_ms(plan.end_at + ex.delay),
-                    gaps_ms=gaps_summary(plan),
-                    tokens={"prompt": plan.usage.input_tokens, "completion": completion,
-                            "reasoning": reasoning})
+        out = sent(plan, ex.cut)        # a stream its client left: what it sent
+        line.update(model=plan.model, ttft_ms=None if out.first is None else _ms(out.first + ex.delay),
+                    duration_ms=_ms(out.end + ex.delay), gaps_ms=gaps_summary(out.times),
+                    tokens={"prompt": plan.usage.input_tokens, "completion": out.completion,
+                            "reasoning": out.reasoning})
     return line
 
 

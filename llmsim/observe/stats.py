@@ -20,9 +20,10 @@ import contextlib
 import contextvars
 import os
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -185,7 +186,7 @@ class Exchange:
     """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
     __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
                  "stream", "error", "injected", "model", "stats", "turns", "token", "request_headers",
-                 "delay")
+                 "delay", "cut")
 
     def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
                  stats: "Stats | None" = None):
@@ -200,6 +201,11 @@ class Exchange:
         self.token = None               # resets llmsim.observe.stats.CURRENT when the exchange ends
         self.request_headers = None     # the request's headers, {name: value} (bytes), as the front read them
         self.delay = 0.0                # seconds before the plan's clock started (the serving model's wait and prefill)
+        self.cut = None                 # a stream its client left: seconds into the plan when it did
+
+    def left(self, cut: float) -> None:
+        """Its client left its stream `cut` seconds into the plan: stats count what was sent."""
+        self.cut = cut
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("llmsim_exchange", default=None)
@@ -222,6 +228,39 @@ def output_tokens(usage) -> tuple[int, int]:
     """(visible completion tokens, reasoning tokens), whatever the usage semantics."""
     reasoning = usage.reasoning_tokens
     return usage.total_tokens - usage.input_tokens - reasoning, reasoning
+
+
+class Sent(NamedTuple):
+    """What a plan's answer sent: all of it, or a stream's part before its client left."""
+    completion: int             # visible completion tokens
+    reasoning: int
+    first: float | None         # the first token's due time (None: none was sent)
+    end: float                  # when the answer ended
+    times: list                 # the sent visible tokens' due times, per item (Plan.token_times)
+
+
+def sent(plan, cut: float | None = None) -> Sent:
+    """What `plan` sent when its stream was cut `cut` seconds into it (None: not cut), as an
+    engine counts what it generated before an abort: the visible tokens due by then (tokens
+    not in `token_times`, function-call arguments, in proportion), reasoning in proportion
+    to the time to the first visible token."""
+    completion, reasoning = output_tokens(plan.usage)
+    times = plan.token_times()
+    end, first = plan.end_at, plan.first_token_at
+    if cut is None or cut >= end:
+        return Sent(completion, reasoning, first, end, times)
+    kept = [t[:bisect_right(t, cut)] for t in times]
+    kept = [t for t in kept if len(t)]
+    planned, due = sum(len(t) for t in times), sum(len(t) for t in kept)
+    span = end - first
+    if planned:
+        visible = due if planned == completion else round(completion * due / planned)
+        begin = min(t[0] for t in times)
+        thought = 1.0 if cut >= begin else max(0.0, cut - first) / (begin - first) if begin > first else 0.0
+    else:
+        visible = round(completion * min(1.0, max(0.0, cut - first) / span)) if span > 0 else 0
+        thought = min(1.0, max(0.0, cut - first) / span) if span > 0 else 0.0
+    return Sent(visible, round(reasoning * thought), first if cut >= first else None, max(cut, 0.0), kept)
 
 
 class Stats:
@@ -284,12 +323,14 @@ class Stats:
         m = ex.model
         if m is not None:
             m.running -= 1
-            usage = ex.plan.usage
-            tokens = usage.total_tokens - usage.input_tokens
             if ex.stream:
                 self.active_streams -= 1
                 counts[1] += 1
                 self.streaming += 1
+                tokens = self._stream_ended(m, ex)
+            else:
+                usage = ex.plan.usage
+                tokens = usage.total_tokens - usage.input_tokens
         ring = self.ring
         second = int(ex.wall + seconds)
         j = second % RING
@@ -298,6 +339,23 @@ class Stats:
         ring.requests[j] += 1
         ring.tokens[j] += tokens
         ring.errors[j] += failed
+
+    def _stream_ended(self, m: ModelStats, ex: Exchange) -> int:
+        """A stream's output, counted when it ends (`record` counted its request and prompt):
+        what it sent (`sent`), so a stream its client left counts only that. Its tokens."""
+        plan, delay = ex.plan, ex.delay
+        out = sent(plan, ex.cut)
+        m.completion += out.completion
+        m.reasoning += out.reasoning
+        if not plan.end_at:
+            m.instant += 1
+        else:
+            if out.first is not None:
+                m.ttft.observe(out.first + delay)
+            m.e2e.observe(out.end + delay)
+            for times in out.times:
+                m.itl.observe_gaps(times)
+        return out.completion + out.reasoning
 
     def ws_opened(self) -> None:
         self.ws_connections += 1
@@ -332,6 +390,11 @@ class Stats:
         completion = usage.total_tokens - prompt - reasoning
         m.requests += 1
         m.prompt += prompt
+        if http and stream:             # its output is counted when it ends (`_stream_ended`)
+            ex.model = m
+            m.running += 1
+            self.active_streams += 1
+            return
         m.completion += completion
         m.reasoning += reasoning
         end = plan.end_at

@@ -115,6 +115,8 @@ class Paced:
                                                             # and its bytes (none: a keep-alive)
     on_end: Callable[[], Awaitable[None] | None] | None = None  # called when the frames ran out
                                                                 # (what it returns, awaited)
+    on_left: Callable[[float], None] | None = None  # its client left an SSEResponse of it: seconds
+                                                    # from `start` when it did
 
     def __init__(self, frames: Iterable[tuple[float, bytes]], start: float, clock: Clock,
                  keepalive: float | None = None, lateness=None):
@@ -229,6 +231,9 @@ class SSEResponse(Response):
         """The client left: stop waiting for the stream (a paced one's end), or the task."""
         if not self.finished:
             self.left = True
+            chunks = self.chunks
+            if isinstance(chunks, Paced) and chunks.on_left is not None:
+                chunks.on_left(chunks.clock.now() - chunks.start)
             if self._waiting is not None:
                 self._waiting.cancel()
             elif self._task is not None:

@@ -21,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.errors import ConfigError
+from llmsim.sim.embeddings import GEMINI_METHODS, gemini_request
 from llmsim.sim.geminiplan import camel_case
 
 FORMAT = 1                       # `llmsim_fixture` in every file
 ENDPOINTS = {"/responses": "responses", "/chat/completions": "chat", "/completions": "completions",
              "/messages": "anthropic", "/embeddings": "embeddings", "/moderations": "moderations",
              "/responses/compact": "compact"}          # by the path's end (any base path); the first wins
-GEMINI = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)$")
-NAMES = frozenset({*ENDPOINTS.values(), "gemini"})
-HISTORY = {"chat": "messages", "anthropic": "messages", "gemini": "contents", "completions": "prompt"}
+GEMINI = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent|embedContent|batchEmbedContents)$")
+NAMES = frozenset({*ENDPOINTS.values(), "gemini", "gemini_embed"})
+HISTORY = {"chat": "messages", "anthropic": "messages", "gemini": "contents", "completions": "prompt",
+           "gemini_embed": "requests"}
 SYSTEM = {"responses": "instructions", "compact": "instructions", "anthropic": "system",
           "gemini": "systemInstruction"}
 ID_FIELDS = frozenset({"id", "call_id", "tool_call_id", "item_id", "response_id", "previous_response_id"})
@@ -42,15 +44,20 @@ def endpoint_of(path: str) -> str | None:
     for suffix, name in ENDPOINTS.items():
         if path.endswith(suffix):
             return name
-    return "gemini" if GEMINI.search(path) else None
+    found = GEMINI.search(path)
+    if found is None:
+        return None
+    return "gemini_embed" if found.group(2) in GEMINI_METHODS else "gemini"
 
 
 def request_of(endpoint: str, path: str, body: dict) -> dict:
     """The request as the pipeline sees it: a Gemini body camelCased, with its path's model and
     whether it streams."""
-    if endpoint != "gemini":
+    if endpoint not in ("gemini", "gemini_embed"):
         return body
     model, method = GEMINI.search(path).groups()
+    if endpoint == "gemini_embed":
+        return gemini_request(model, method, body)
     return {**camel_case(body), "model": model, "stream": method == "streamGenerateContent"}
 
 

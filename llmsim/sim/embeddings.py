@@ -7,6 +7,10 @@ equal vectors; texts sharing most words give nearby ones. A token array is decod
 text first, so it embeds as that text does. `dimensions` keeps the first components and
 normalizes again (how OpenAI's text-embedding-3 models shorten). Values are float32 (what
 `encoding_format: base64` carries, little-endian), the same in both formats.
+
+Gemini's embedContent / batchEmbedContents (`plan_gemini`) embed each request's content (its
+parts' text) the same way; `outputDimensionality` shortens as `dimensions` does; a model that
+is not an embedding model is Google's 404, as its API answers.
 """
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ import re
 import struct
 from dataclasses import dataclass
 
-from llmsim.errors import InvalidRequestError
+from llmsim.errors import InvalidRequestError, NotFoundError
 from llmsim.sim import latency, tokens
+from llmsim.sim.geminiplan import camel_case
 from llmsim.sim.plan import Context, Usage
 from llmsim.sim.plans import Untimed
 
@@ -47,6 +52,10 @@ class EmbeddingPlan(Untimed):     # (llmsim.sim.plans: no token times, nothing t
     first_token_at: float
     end_at: float
 
+    def token_times(self) -> list:
+        """No streamed tokens: the answer arrives whole (no inter-token gaps to observe)."""
+        return []
+
 
 def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:
     """`known`: the model is in the catalogue (else any model is allowed and gets the default size)."""
@@ -73,6 +82,34 @@ def plan_embeddings(body: dict, ctx: Context, known: bool) -> EmbeddingPlan:
     total = sum(counts)
     return EmbeddingPlan(body["model"], data, body.get("encoding_format") or "float",
                          Usage(total, 0, 0, total), sched.first_token, sched.end)
+
+
+GEMINI_MAX_BATCH = 100           # requests in one batchEmbedContents
+
+
+def plan_gemini(requests: list[dict], ctx: Context, known: bool, method: str) -> EmbeddingPlan:
+    """One vector per Gemini EmbedContentRequest (fields in camelCase), for `method`
+    (embedContent | batchEmbedContents, named in errors); `known` as for `plan_embeddings`."""
+    model = ctx.model
+    size = model.dimensions or (None if known else DEFAULT_DIMENSIONS)
+    if size is None:
+        raise NotFoundError(f"models/{model.id} is not found for API version v1beta, or is not supported for "
+                            f"{method}. Call ListModels to see the list of available models and their "
+                            "supported methods.")
+    if len(requests) > GEMINI_MAX_BATCH:
+        raise InvalidRequestError(f"* BatchEmbedContentsRequest.requests: at most {GEMINI_MAX_BATCH} requests "
+                                  "can be in one batch", param="requests")
+    data, total, salt = [], 0, f"{model.id}\x00".encode()
+    for i, req in enumerate(requests):      # a content without text embeds as the empty text
+        text = "".join(part.get("text") or "" for part in (req.get("content") or {}).get("parts") or ())
+        keep = req.get("outputDimensionality") or size
+        if keep > size:
+            raise InvalidRequestError(f"* EmbedContentRequest.output_dimensionality: must be at most {size}",
+                                      param="outputDimensionality")
+        data.append(Embedding(i, vector(text, salt, size, keep)))
+        total += tokens.count(text, model.encoding)
+    sched = latency.schedule(ctx.profile, ctx.rng, 0, 0)
+    return EmbeddingPlan(model.id, data, "float", Usage(total, 0, 0, total), sched.first_token, sched.end)
 
 
 def _inputs(given, encoding: str) -> tuple[list[str], list[int]]:
@@ -123,3 +160,14 @@ def vector(text: str, salt: bytes, size: int, keep: int) -> list[float]:
     norm = math.sqrt(math.fsum(x * x for x in sums)) or 1.0
     scaled = [x / norm for x in sums]
     return list(struct.unpack(f"<{keep}f", struct.pack(f"<{keep}f", *scaled)))    # float32 values
+
+
+GEMINI_METHODS = {"embedContent": "embed", "batchEmbedContents": "batch"}     # method: template shape
+
+
+def gemini_request(model: str, method: str, body: dict) -> dict:
+    """A Gemini embedding request as it is planned (and keyed for replay): its model, method,
+    template shape and EmbedContentRequests, camelCased."""
+    body = camel_case(body)
+    requests = body.get("requests") if method == "batchEmbedContents" else [body]
+    return {"model": model, "method": method, "shape": GEMINI_METHODS[method], "requests": requests}

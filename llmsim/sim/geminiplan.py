@@ -9,6 +9,8 @@ Gemini's own:
   model's default); `thinkingBudget` caps the thought tokens (0 turns thinking off), and
   thoughts spend `maxOutputTokens` first, as Gemini counts them in it. `includeThoughts` adds a
   thought summary, streamed while the model thinks;
+* structured output: `responseMimeType: application/json` with `responseSchema` or
+  `responseJsonSchema`: the text is a value of the schema (llmsim.sim.structured);
 * function calls come whole (one part each, due when its last token is), never cut: a call that
   does not fit `maxOutputTokens` is left out (finishReason MAX_TOKENS);
 * candidates are chatplan.Choice objects (so faults and stats treat them as Chat's choices),
@@ -25,7 +27,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmsim.errors import InvalidRequestError
-from llmsim.sim import inputs, latency, steps, textgen, toolcalls
+from llmsim.sim import inputs, latency, steps, structured, textgen, toolcalls
 from llmsim.sim.chatplan import Choice
 from llmsim.sim.plan import Context, Usage
 from llmsim.sim.scenarios import Answer
@@ -236,10 +238,11 @@ def plan_generate(req: dict, ctx: Context, history: list[inputs.Turn] | None = N
     tool_req = tool_request(req)
     last_role = conversation[-1].role if conversation else None
     stops = [s for s in config.get("stopSequences") or () if s]
+    schema = structured.gemini_schema(config)
     candidates, first_token = [], None
     for index in range(config.get("candidateCount") or 1):
         candidate, first = _candidate(index, ctx, conversation, cap, effort, thinking, tool_req, last_role, stops,
-                                      script)
+                                      script, schema)
         first_token = first if first_token is None else min(first_token, first)
         candidates.append(candidate)
     visible = sum(c.visible_tokens for c in candidates)
@@ -251,7 +254,8 @@ def plan_generate(req: dict, ctx: Context, history: list[inputs.Turn] | None = N
 
 def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, effort: str | None,
                thinking: dict, tool_req: toolcalls.ToolRequest | None, last_role: str | None,
-               stops: list[str], script: Answer | None = None) -> tuple[Candidate, float]:
+               stops: list[str], script: Answer | None = None,
+               schema: dict | None = None) -> tuple[Candidate, float]:
     """One candidate and its time to first token: the answer first, then the thinking that led to it."""
     rng, enc = ctx.rng, ctx.model.encoding
     names = (toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability, last_role)
@@ -264,7 +268,7 @@ def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, ef
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = (steps.visible_text(ctx, conversation, None) if script is None
+        text = (steps.visible_text(ctx, conversation, None, schema) if script is None
                 else steps.scripted_text(script, None, enc))
         if stops:
             text = steps.stop(text, stops, enc)

@@ -5,9 +5,11 @@ objects (`properties`, `required`, `minProperties`), arrays (`items`, tuple item
 `prefixItems`, `minItems`/`maxItems`, `uniqueItems`), numbers (`minimum`/`maximum`, both
 forms of `exclusive*`, `multipleOf`), strings (`minLength`/`maxLength`, `format`, a
 `pattern` sampled from the regex itself), `$ref` into the same schema (`#/$defs/...`,
-`#/definitions/...`), `allOf`, `anyOf`/`oneOf`, `nullable`. Required properties are
-always present, optional ones on a coin flip (never below `depth` MAX_DEPTH, which also
-stops recursive schemas). Every choice comes from `rng`, so a seed fixes the value.
+`#/definitions/...`), `allOf`, `anyOf`/`oneOf`, `nullable`. The value looks like what a
+model asked for that schema writes: required properties always present, optional ones too at
+the top and usually (PRESENT) below it, arrays usually non-empty, a non-null branch of an
+optional one; none below `depth` MAX_DEPTH, which also stops recursive schemas. Every choice
+comes from `rng`, so a seed fixes the value.
 
 Sizes are bounded whatever the schema asks (MAX_SIZE items, properties or characters,
 HARD_DEPTH levels of required nesting): beyond them a value may not validate, but a
@@ -27,6 +29,7 @@ except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
 MAX_DEPTH = 6
+PRESENT = 0.9           # an optional property's chance to be written, below the top level
 HARD_DEPTH = 24
 MAX_SIZE = 1000
 CITIES = ("Paris, France", "Tokyo, Japan", "Lisbon, Portugal", "Nairobi, Kenya", "Toronto, Canada",
@@ -121,7 +124,7 @@ class _Maker:
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
         out: dict[str, Any] = {}
         for key, sub in props.items():
-            if key in required or (depth < MAX_DEPTH - 1 and self.rng.random() < 0.5):
+            if key in required or (depth < MAX_DEPTH - 1 and (depth == 0 or self.rng.random() < PRESENT)):
                 out[key] = self.make(sub, depth + 1, key)
         for key in required:
             if key not in out:

@@ -24,6 +24,10 @@ toolcalls). What is Anthropic's own:
   `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
   agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
 * scripts (scenarios.Answer): a text block, tool_use blocks, or a refusal (stop_reason refusal).
+* message threads (`thread`, a beta): refused with Anthropic's `thread_unsupported_request`, on
+  which the SDKs' thread helpers and default tool runners resend the full conversation unthreaded.
+* structured outputs: `output_config.format` (or the beta's `output_format`) `json_schema`: the
+  text block is a value of the schema (llmsim.sim.structured); `output_config.effort` is accepted.
 """
 from __future__ import annotations
 
@@ -35,8 +39,8 @@ from typing import Any
 
 import orjson
 
-from llmsim.errors import ContextLengthError, InvalidRequestError
-from llmsim.sim import inputs, latency, steps, textgen, toolcalls
+from llmsim.errors import ContextLengthError, InvalidRequestError, ThreadUnsupportedError
+from llmsim.sim import inputs, latency, steps, structured, textgen, toolcalls
 from llmsim.sim.plan import Context, TimedPieces, Usage
 from llmsim.sim.scenarios import Answer
 
@@ -245,6 +249,9 @@ def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = N
     input); `script` (scenarios.Answer): said instead of generated text or tool uses (a refusal:
     its text, stop_reason refusal). `usage.cached_tokens` is left 0: the caller sets it to what a
     cache read of the prompt gives (the prefix cache: its blocks, or its entry for the plan's `marked` prefix)."""
+    if body.get("thread") is not None:
+        raise ThreadUnsupportedError("This server does not keep message threads: send the full conversation "
+                                     "without `thread`.", param="thread")
     model, rng, s = ctx.model, ctx.rng, ctx.settings
     enc = model.encoding
     conversation = turns(body)
@@ -275,7 +282,8 @@ def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = N
         calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
         wanted = sum(c.tokens for c in calls)
     else:
-        text = steps.visible_text(ctx, conversation, None) if script is None else steps.scripted_text(script, None, enc)
+        text = steps.visible_text(ctx, conversation, None, structured.anthropic_schema(body)) if script is None \
+             else steps.scripted_text(script, None, enc)
         if body.get("stop_sequences"):
             text, stop_sequence = textgen.stopped(text, body["stop_sequences"], enc)
         wanted = text.tokens

@@ -98,6 +98,10 @@ class ModerationPlan(Untimed):     # (llmsim.sim.plans: no token times, nothing 
     first_token_at: float
     end_at: float
 
+    def token_times(self) -> list:
+        """No streamed tokens: the answer arrives whole (no inter-token gaps to observe)."""
+        return []
+
 
 def judge(rules: Rules, text: str, images: int) -> Result:
     hits = {name: len(c.pattern.findall(text)) for name, c in rules.categories.items() if c.pattern is not None}

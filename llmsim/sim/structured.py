@@ -1,6 +1,9 @@
 """Structured outputs: the answer's text when the request asks for JSON.
 
-Responses `text.format` and Chat `response_format` name the shape: `json_schema` (a value
+Responses `text.format`, Chat `response_format`, Anthropic's `output_config.format` (or
+the beta's top-level `output_format`) and Gemini's `responseMimeType: application/json` with
+`responseSchema` (OpenAPI's subset, upper-case types: converted) or `responseJsonSchema`
+name the shape: `json_schema` (a value
 drawn by `jsonvalues` from the request's schema, from the request's rng, so --seed fixes
 it) or `json_object` (an object of a small fixed shape). The value is written as compact
 JSON, as OpenAI's models write it, and cut into exact tokens like any other text; a token
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from llmsim.sim import jsonvalues, textgen
@@ -37,6 +41,59 @@ def chat_schema(body: dict) -> dict | None:
     """The schema a Chat request's `response_format` asks the content to fit (None: plain text)."""
     fmt = body.get("response_format")
     return _schema(fmt, (fmt or {}).get("json_schema"))
+
+
+def anthropic_schema(body: dict) -> dict | None:
+    """The schema an Anthropic request's `output_config.format` (or the structured-outputs
+    beta's top-level `output_format`) asks the text block to fit (None: plain text)."""
+    config = body.get("output_config")
+    fmt = (config.get("format") if isinstance(config, dict) else None) or body.get("output_format")
+    return _schema(fmt, fmt)
+
+
+def gemini_schema(config: dict) -> dict | None:
+    """The schema a Gemini request's `generationConfig` asks the text to fit: with
+    `responseMimeType: application/json`, its `responseJsonSchema` (JSON Schema) or
+    `responseSchema` (Google's OpenAPI subset), else any object (None: plain text)."""
+    if config.get("responseMimeType") != "application/json":
+        return None
+    if isinstance(config.get("responseJsonSchema"), dict):
+        return config["responseJsonSchema"]
+    if isinstance(config.get("responseSchema"), dict):
+        return from_google(config["responseSchema"])
+    return JSON_OBJECT
+
+
+_SNAKE = re.compile(r"_([a-z0-9])")
+# Google's Schema writes its int64 fields as JSON strings ("minItems": "1").
+_INT64 = frozenset({"minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties"})
+
+
+def from_google(schema: Any) -> Any:
+    """Google's Schema (OpenAPI 3.0's subset: types in capitals, either spelling of field names,
+    int64 fields as strings, `propertyOrdering`) as JSON Schema; properties in the order
+    `propertyOrdering` gives, the order Gemini writes them in."""
+    if isinstance(schema, list):
+        return [from_google(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        key = _SNAKE.sub(lambda m: m.group(1).upper(), key)
+        if key == "type" and isinstance(value, str):
+            value = value.lower()
+        elif key == "properties" and isinstance(value, dict):
+            value = {name: from_google(sub) for name, sub in value.items()}
+        elif key in _INT64 and isinstance(value, str) and value.isdigit():
+            value = int(value)
+        else:
+            value = from_google(value)
+        out[key] = value
+    order = out.get("propertyOrdering")
+    if isinstance(order, list) and isinstance(out.get("properties"), dict):
+        props = out["properties"]
+        out["properties"] = {**{name: props[name] for name in order if name in props}, **props}
+    return out
 
 
 def _schema(fmt: Any, holder: Any) -> dict | None:
