@@ -71,7 +71,7 @@ def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: 
         raise
     except Exception as exc:
         log.error("%s", exc if isinstance(exc, ConfigError) else f"{where}: {type(exc).__name__}: {exc}")
-        raise ServerError("The server had an error while processing your request.") from exc
+        raise ServerError.unexpected() from exc
     if where not in _DISAGREED:
         _DISAGREED.add(where)
         log.error("%s: generated code raised %s: %s, where the reference renderer gives a value "

@@ -70,17 +70,11 @@ def _machine() -> str:
     return f"{socket.gethostname()}|{_proc('/proc/sys/kernel/random/boot_id')}|{namespace}"
 
 
-_OWNER: tuple[int, str] | None = None
-
-
 def owner_id() -> str:
     """This process, as the owner of the background responses it runs: its machine, pid and
     start time (a later process with the same pid is another owner)."""
-    global _OWNER
     pid = os.getpid()
-    if _OWNER is None or _OWNER[0] != pid:
-        _OWNER = (pid, f"{_machine()}|{pid}|{_start_time(pid)}")
-    return _OWNER[1]
+    return f"{_machine()}|{pid}|{_start_time(pid)}"
 
 
 def alive_here(owner: str) -> bool | None:
@@ -161,11 +155,20 @@ class Jobs:
         self.running: dict[str, Job] = {}
         self.lease_s = sim.settings.background_lease_s
         self._leasing: asyncio.Task | None = None
+        self._owner: tuple[int, str] | None = None
+
+    @property
+    def owner(self) -> str:
+        """`owner_id()`, read once per process (a forked worker is another)."""
+        pid = os.getpid()
+        if self._owner is None or self._owner[0] != pid:
+            self._owner = (pid, owner_id())
+        return self._owner[1]
 
     def serving(self) -> None:
         """The server started: keep this process's lease and sweep others' orphans, when the
         store is shared (it can keep leases)."""
-        if hasattr(self.state.store, "renew_lease") and self._leasing is None:
+        if self.state.store.capabilities.leases is not None and self._leasing is None:
             self._leasing = asyncio.create_task(self._lease())
 
     async def stopped(self) -> None:
@@ -182,10 +185,10 @@ class Jobs:
     async def _lease(self) -> None:
         """Renew this process's lease every lease_s / 3 seconds, then fail the background
         responses whose owner is gone (a store out of reach: next time)."""
-        store, owner = self.state.store, owner_id()
+        leases, owner = self.state.store.capabilities.leases, self.owner
         while True:
             try:
-                await store.renew_lease(owner, self.lease_s)
+                await leases.renew_lease(owner, self.lease_s)
                 await self.state.fail_orphans()
             except Exception as exc:    # noqa: BLE001 - e.g. Redis away: 503s say so already
                 log.warning("background responses: could not renew the lease or sweep: %s", exc)
@@ -199,7 +202,7 @@ class Jobs:
             first = next(events)   # (responses.yaml: response.created, status queued)
             snapshot = latest_response([first])
             frame = sse.frame(first)
-            await self.state.save(body, prior, own, snapshot, [frame], owner=owner_id())
+            await self.state.save(body, prior, own, snapshot, [frame], owner=self.owner)
         except BaseException:
             if admission is not None:
                 admission.abandon()

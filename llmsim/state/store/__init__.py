@@ -10,16 +10,24 @@ Nothing connects until the first call.
 from __future__ import annotations
 
 from llmsim.errors import ConfigError
+from llmsim.state.store.capabilities import Capabilities
 from llmsim.state.store.base import ACTIVE, Bounds, Conversation, Frames, Page, Store, StoredResponse, paginate
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 MEMORY = "memory"
 
-__all__ = ["ACTIVE", "Bounds", "Conversation", "Frames", "Page", "Store", "StoredResponse", "open_store",
+__all__ = ["ACTIVE", "Bounds", "Capabilities", "Conversation", "Frames", "Page", "Store", "StoredResponse", "open_store",
            "paginate"]
 
 
 def open_store(settings) -> Store:
+    """The store the settings name, its capabilities checked (llmsim.state.store.capabilities)."""
+    store = _open(settings)
+    store.capabilities.check(type(store).__name__)
+    return store
+
+
+def _open(settings) -> Store:
     bounds = Bounds(settings.store_max_entries, settings.store_ttl_s, settings.store_evict_when_full)
     target = settings.store
     if target is None or target == MEMORY:

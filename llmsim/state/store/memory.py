@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import orjson
 
 from llmsim.render.jsonbytes import dumps
+from llmsim.state.store.capabilities import Capabilities
 from llmsim.state.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 SWEEP_EVERY = 256
@@ -70,7 +71,6 @@ class _Chat:
 
 class MemoryStore:
     needs_task = False  # plain dicts: nothing awaited
-    defers = True       # keeps a deferred record (and frames) as what renders it (llmsim.state.responses.Replay)
 
     def __init__(self, bounds: Bounds):
         self.bounds = bounds
@@ -79,6 +79,8 @@ class MemoryStore:
         self._chats: OrderedDict[str, _Chat] = OrderedDict()
         self._writes = 0
         self._outbox: dict[str, bytes] = {}
+        # it writes at once, and keeps a deferred record (and frames) as what renders it
+        self.capabilities = Capabilities(keeps_now=self)
 
     # ---- plumbing --------------------------------------------------------------------
     def _live(self, table: dict, entry_id: str):
