@@ -94,6 +94,7 @@ class Simulator:
         self.scripts = Scripts(scenarios, self.faults, self.store.capabilities.attempts)
         shared = self.settings.stats_dir if self.settings.workers > 1 else None     # a host's slots
         self.serving = Serving(self.store, self.profiles, shared)   # slots, queues and the prefix cache (off by default)
+        self.serving.refresh(self.settings)
         self.stats.serving_state = self.serving.snapshot
         self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
         self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config
@@ -113,6 +114,7 @@ class Simulator:
         old, self.settings = self.settings, settings
         self._fixed_profiles.clear()
         self.limiter.configure(settings)
+        self.serving.refresh(settings)
         if settings.errors != old.errors and self.faults.shared is None:
             self.faults.rates = self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
 

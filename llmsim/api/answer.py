@@ -13,8 +13,6 @@ if TYPE_CHECKING:   # types only: the composition root sits above the API
 
 def serving(sim: Simulator, profile):
     """The serving model's parameters for a model of `profile` (None: off for it)."""
-    if sim.serving.settings is not sim.settings:    # changed at runtime
-        sim.serving.refresh(sim.settings)
     return sim.serving.params(sim.settings, profile) if sim.serving.on else None
 
 

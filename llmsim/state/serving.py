@@ -250,18 +250,17 @@ class Serving:
         self.models: dict = {}      # model: Slots (one process) or HostSlots (--workers N)
         self.file = SlotFile(shared_dir) if shared_dir else None
         self.cache = prefixcache.for_store(store)
-        self.settings = None        # the settings `on` was worked out for (handlers compare, then
-        self.on = False             # call `refresh` when they changed): is any piece on anywhere?
+        self.settings = None        # the settings `on` was worked out for: the simulator's, which
+        self.on = False             # calls `refresh` as they change: is any piece on anywhere?
         self._params: dict = {}
 
     def refresh(self, settings) -> None:
+        """Serve with `settings` from now on (at start-up, and as they change at runtime)."""
         self.settings, self._params = settings, {}
         self.on = any(params(settings, profile) is not None for profile in self.profiles.values())
 
     def params(self, settings, profile) -> Params | None:
-        """`params` of a profile, remembered until the settings change (read per request)."""
-        if settings is not self.settings:
-            self.refresh(settings)
+        """`params` of a profile, remembered until `refresh` (read per request)."""
         found = self._params.get(profile.name, False)
         if found is False:
             found = self._params[profile.name] = params(settings, profile)
