@@ -23,9 +23,7 @@ loop whose steps test or loop stores each item's variables in that dict at once;
 other, the dict gets them only where something reads it whole (a guarded function, an object named
 by value; `_fill`), so a chat chunk's loop does not store its six variables for every event.
 Every value an event needs (its JSON, its time) is computed before the event
-is yielded, so nothing keeps a context past its event. That dict also holds the loop's own
-memo (`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON
-of what it reads of outer loops (llmsim.render.jsoncodegen: `loop_fixed`). The expressions, tests and JSON
+is yielded, so nothing keeps a context past its event. The expressions, tests and JSON
 writers called are the ones `templates.Compiler` checked and compiled (generated code backed
 by closures); an event's JSON is the writer's generated code written in place (no call; its
 variables read from the step's context, `seq` from the counter) and its time calls the
@@ -47,7 +45,6 @@ import itertools
 from typing import Any, Callable, Iterator
 
 from llmsim.render import sse
-from llmsim.render.jsoncodegen import LOOP_MEMO
 from llmsim.render.template_syntax import LOOP
 
 
@@ -200,14 +197,14 @@ class StepCodegen:
         if "for" in step:
             names, closure = compiler.loop(step["for"], f"{where}.for", unpacks=True)  # checks the spelling
             source = compiler.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
-                                                     f"{where}.for", fallback=closure)
+                                                     f"{where}.for", reference=closure)
             inner, index = f"_x{next(self._ids)}", step.get("index")
             # each item is unpacked into locals (`_x1_name`), which the loop's events read, and
             # into the loop's context, which what is not written in place reads: at once when
             # the loop's steps test or loop, else only where the context is read whole (`_fill`)
             bound = {name: f"{inner}_{name}" for name in (*names, *([index] if index else []))}
             whole = self._whole(ctx)
-            lines += [f"{pad}{inner}_lm = {{}}", f"{pad}{inner} = {{**{whole}, {LOOP_MEMO!r}: {inner}_lm}}"]
+            lines.append(f"{pad}{inner} = {{**{whole}}}")
             target = ", ".join(bound[name] for name in names)
             if index:
                 lines.append(f"{pad}for {bound[index]}, ({target}) in enumerate({self._ref(source)}({whole})):")
@@ -219,7 +216,7 @@ class StepCodegen:
                 self._fills[inner] = (f"_fill({inner}, {tuple(bound)!r}, "
                                       f"({''.join(local + ', ' for local in bound.values())}))")
             self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines,
-                        (*loops, frozenset(bound)), {**held, **bound, LOOP_MEMO: f"{inner}_lm"})
+                        (*loops, frozenset(bound)), {**held, **bound})
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
@@ -238,9 +235,7 @@ class StepCodegen:
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
         lines.append(f"{pad}{ctx}['seq'] = _seq")
-        # what outer loops bound keeps its value while the innermost loop runs
-        fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
-        writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
+        writer = compiler.json_writer(step.get("data"), f"{where}.data")
         given, plain = {**held, "seq": "_seq"}, []
         self._call("_json", writer, ctx, pad, plain, given)
         framed = self._framed(writer, name, ctx, pad, given)
@@ -275,9 +270,9 @@ class StepCodegen:
         *statements, value = framed(sse.head(name), sse.END, ctx, held, whole)
         if fast is writer:      # unguarded (tests): it raises what the code raises
             return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
-        fallback = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"
+        on_error = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"  # raises, naming the error
         return [f"{pad}try:", *(f"{pad}    {line}" for line in statements), f"{pad}    _f = {value}",
-                f"{pad}except Exception:", f"{pad}    _f = {fallback}"]
+                f"{pad}except Exception:", f"{pad}    _f = {on_error}"]
 
     def _time(self, node: Any, where: str, ctx: str, pad: str, lines: list[str],
               held: dict[str, str]) -> None:

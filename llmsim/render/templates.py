@@ -141,15 +141,14 @@ class Compiler:
 
     def fast(self, node: Any, where: str) -> Node:
         """`node`'s value by generated code, backed by the closure."""
-        return self.codegen.value_function(node, where, fallback=self.value(node, where))
+        return self.codegen.value_function(node, where, reference=self.value(node, where))
 
     def json_writer(self, node: Any, where: str, name: str | None = None,
-                    loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Callable[[dict], bytes | None]:
-        """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
-        object `name`'s, when given: other writers call or inline it); `loop_fixed` and
-        `once`: see `JsonCodegen.writer`."""
-        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name,
-                                   loop_fixed=loop_fixed, once=once)
+                    once: bool = False) -> Callable[[dict], bytes | None]:
+        """`node`'s JSON bytes writer: generated code, the closure writer naming its errors (the
+        object `name`'s, when given: other writers call or inline it); `once`: see
+        `JsonCodegen.writer`."""
+        return self.codegen.writer(node, where, reference=self.json.value(node, where), name=name, once=once)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()
