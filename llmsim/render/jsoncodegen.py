@@ -199,6 +199,7 @@ class JsonCodegen:
         # whether it holds the value's JSON bytes rather than the value)
         self._subst: dict[str, tuple[str | Gen, bool]] = {}
         self._inlining: set[str] = set()          # objects being inlined (no recursion)
+        self.omittable_locals: set[str] = set()   # `$with` values bound to locals that may be omit
         self._kinds = {"string": self._leaf, "list": self._list, "$object": self._object,
                        "$for": self._for, "$if": self._if, "dict": self._dict,
                        "const": lambda node, where: _const(dumps(node))}
@@ -423,7 +424,7 @@ class JsonCodegen:
                     return local
                 return _const(literal_eval(local)) if local[0] == "b" else Gen(local)
         code = self.value_code(text, where)
-        if not self._may_omit(text):
+        if not self._may_omit(text) and code not in self.omittable_locals:
             echoed = echoed_with_default(code)
             if echoed is not None:          # its default's JSON a constant: no `given`, no dumps
                 got, default = echoed
@@ -694,6 +695,8 @@ class JsonCodegen:
                     continue
             binds.append(f"({local} := {self.value_code(node, at)})")
             subst[var] = (local, False)
+            if self._may_omit(str(node)):       # (`$with: {n: "{{ omit }}"}`: no entry)
+                self.omittable_locals.add(local)
         return binds, subst
 
     @contextmanager

@@ -174,7 +174,7 @@ class ValueCodegen:
                 cg._var(whole[2:-2])
                 return Value(self._fragment(ast.literal_eval(local)) if local[0] == "b" else f"_F({local})")
         code = cg.value_code(text, where)
-        if cg._may_omit(text):
+        if cg._may_omit(text) or code in cg.omittable_locals:
             return Value(code, True)
         echoed = echoed_with_default(code)
         if echoed is not None:              # usually absent: the default without `given`
