@@ -188,7 +188,7 @@ def test_store_false_keeps_nothing(client):
     assert created.store is False
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL, input="More.", previous_response_id=created.id)
 
 
