@@ -1,36 +1,12 @@
 """Template values compiled to Python source: one function per value, writing its JSON bytes.
 
-A streamed event costs what its template costs to evaluate, so the hot templates are turned
-into straight-line code at start-up, the way jinja2 compiles its templates:
-
-    {kind: greeting, n: "{{ seq }}", text: "{{ token.text }}"}
-
-becomes (roughly)
-
-    def write(ctx):
-        _n_seq, _n_token = ctx['seq'], ctx['token']      # (_name when one is missing)
-        return b"".join((b'{"kind":"greeting","n":', _d(_n_seq), b',"text":',
-                         _d(_n_token.text), b'}'))
-
-Constant sub-trees are serialised once; what one render gives one value is computed once per
-render (the `_m` memo), and an object events call with the same constant `$with` values, reading
-nothing an event binds, once per render (a Responses stream's first two responses);
-expressions are inlined (dotted names as item/attribute
-look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
-can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
-writes the default as constant JSON when the field is absent. An `$object` with a fixed
-name is inlined too, its `$with` variables bound to locals (one whose object only writes
-it out whole holds its JSON bytes), unless the object loops or names objects by
-expression: then its own function is called. One named by
-`"prefix{{ dotted.name }}suffix"` inlines each object the name can pick that could be inlined
-(the others are called), chosen by value. The generated
-function gives the same bytes as the closure writer of `jsonwriter` (the same language and
-lookup rule, llmsim.render.pyexpr; tests/test_template_expressions.py checks it against jinja). When
-it raises, the value has a template error: the closure names it (its value is never used),
-and it is logged with its template and path and answered as a server error (`failed`). A value written
-once per render (a template's `body`) is built as one Python value instead
-(llmsim.render.jsonvaluegen), which uses this module's expressions and, for what it does not
-build, this module's JSON.
+The hot templates (a stream's events) become straight-line code at start-up, as jinja2
+compiles its templates: constant sub-trees serialised once, what one render gives one value
+computed once per render (the `_m` memo), expressions inlined, objects with a fixed name
+inlined. Invariant: a generated function gives the same bytes as the closure writer of
+llmsim.render.jsonwriter (the differential test, tests/test_template_expressions.py, checks
+it). When it raises, the closure only names the template error (`failed`): logged with its
+template and path, answered as a server error. The story: docs/internals.md#renderjsoncodegen.
 """
 from __future__ import annotations
 

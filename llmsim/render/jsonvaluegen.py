@@ -1,23 +1,12 @@
 """A value written once per render (a template's `body`), generated as one Python value that
 one `orjson.dumps` serialises.
 
-llmsim.render.jsoncodegen writes a value as joined JSON pieces, one `orjson.dumps` per expression,
-which pays off where pieces are memoised and rendered again (a stream's events). A body is
-rendered once: there building the value as dict and list displays and serialising it once
-is faster. Kept beside jsoncodegen because bench/instructions.py shows it saves more than 3%
-of W1's and W2's instructions; history in bench/RESULTS.md. So
-
-    {id: "{{ plan.id }}", object: chat.completion, usage: {$object: chat_usage}}
-
-becomes (roughly) `_d({'id': _n_plan.id, 'object': 'chat.completion', 'usage': {...}})`.
-Constant sub-trees are orjson Fragments made at start-up; an object named in place is
-inlined, its `$with` values in locals; a loop is a list comprehension; an entry that may be
-omitted is left out of its display (`**({...} if ... else {})`); a request field echoed with
-a literal default writes the default without calling `given`. What this does not generate
-(an object named by an expression, a jinja statement) is llmsim.render.jsoncodegen's JSON, embedded
-as a Fragment and, where this code holds variables in locals, written by a function called
-with a context holding them. The writer keeps jsoncodegen's guard: when the code raises, the
-closure writer names the template error (llmsim.render.jsoncodegen `failed`).
+Kept beside llmsim.render.jsoncodegen (joined JSON pieces, which pay off where pieces are
+memoised and rendered again: a stream's events) because it saves more than 3% of W1's and
+W2's instructions (docs/performance.md). Invariant: the same bytes as the closure writer of
+llmsim.render.jsonwriter (the differential test checks it); what it does not generate is
+jsoncodegen's JSON, embedded as a Fragment. Errors go through jsoncodegen's `failed`.
+The story: docs/internals.md#renderjsonvaluegen.
 """
 from __future__ import annotations
 

@@ -1,43 +1,12 @@
 """A template's stream steps compiled to generator functions: one yields `Event`s, one each
-event's SSE frame with its due time, and one `MarkedEvent`s: each with the `Role` its step
-declares (`delta`, `terminal`, `snapshot`), for what reads a stream's meaning (fault cuts,
-background responses); the other two spend nothing on roles.
+event's SSE frame with its due time, one `MarkedEvent`s (with the `Role` its step declares).
 
-Steps nest: a Responses stream loops over output items, picks the steps for the item's kind,
-and loops over the item's tokens to emit one delta each. Run as nested generators, every
-event would climb back through each level and copy the loop variables into a new dict. As
-one generated function they are plain Python loops, e.g. (roughly)
-
-    def _s0(ctx, clock):
-        _at, _seq = clock
-        ctx['seq'] = _seq
-        _seq += 1
-        yield Event('response.created', None, _at, False, _c0(ctx))
-        _x1 = {**ctx}
-        for _x1_item in _c1(ctx):
-            if _c2(_fill(_x1, ('item',), (_x1_item,))):
-                ...
-
-A loop's variables live in locals, and in one dict per loop, made when the loop starts. A
-loop whose steps test or loop stores each item's variables in that dict at once; in any
-other, the dict gets them only where something reads it whole (a guarded function, an object named
-by value; `_fill`), so a chat chunk's loop does not store its six variables for every event.
-Every value an event needs (its JSON, its time) is computed before the event
-is yielded, so nothing keeps a context past its event. The expressions, tests and JSON
-writers called are the ones `templates.Compiler` checked and compiled (generated code backed
-by closures); an event's JSON is the writer's generated code written in place (no call; its
-variables read from the step's context, `seq` from the counter) and its time calls the
-generated code straight, each in a `try` whose `except` calls the guarded function: the
-same value where the code in place raised for a missing variable (which the function reads
-as Undefined), else the template error, logged with its path (llmsim.render.jsoncodegen `failed`). A loop may unpack each item into several names
-(`for: "piece, at in item.timed_pieces"`), so a token needs no object of its own. A time
-that is a plain `{{ dotted.name }}` (each token's `at`) is read in place, and an event's five
-slots are set in place too: two Python calls fewer for every event. The SSE function, what
-`transport.Paced` sends, makes no `Event` at all: each step yields
-`(_at, head + _json + b"\n\n")` with its head (`event: name\ndata: `) a constant, and the
-pacer and the chunk writer only join bytes. It is kept beside the `Event` function because
-bench/instructions.py shows it saves more than 3% of W3's and W4's instructions; history in
-bench/RESULTS.md.
+Nested steps become plain Python loops in one function; a loop's variables live in locals
+and in one dict per loop, filled only where something reads it whole. Invariants: every value
+an event needs is computed before it is yielded (no context outlives its event); the
+expressions and writers called are those `templates.Compiler` checked; a template error is
+logged with its path (llmsim.render.jsoncodegen `failed`). The SSE function is kept because it
+saves more than 3% of W3's and W4's instructions. The story: docs/internals.md#renderstepcodegen.
 """
 from __future__ import annotations
 

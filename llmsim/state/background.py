@@ -1,28 +1,11 @@
 """Background responses: the simulation runs as a server-side task, not tied to a connection.
 
-`Jobs.start` stores the response as `queued` (its `response.created` event) and returns at
-once; the task then renders the rest of the event stream on the plan's schedule and appends
-each batch of due events to the store, the snapshot following every lifecycle event
-(`in_progress`, then `completed`). Each append is conditional on the response still being
-active, so a cancel from any process (which appends the final event itself) stops the run.
-
-Readers: `follow` streams a response's events after a sequence number, from this process's
-job when it runs here (no polling: woken by each batch), otherwise from the store (polled).
-
-A server that stops (SIGKILL, a crash, a restart) leaves its background responses queued or
-in progress in a persistent store. They are not resumed: the rest of their events would come
-from a plan made again by a server that may run other settings, profile, templates or seed,
-so the stream a client already read part of could not honestly go on. Instead they are marked
-`failed` (the store template `orphaned_response`: `server_error`, "the simulator restarted")
-by whichever process sharing the store sweeps first, on every backend but memory (private to
-its process, gone with it). So that no process fails another's live run (several hosts on one
-Redis, several servers on one file), each stored background response names its `owner`
-(`owner_id()`: machine, pid namespace, pid and start time of the process running it), and each
-process renews a lease every `background_lease_s / 3` seconds (`Jobs.serving`). A sweep fails
-a response only when its owner is gone: on this machine, when its process no longer exists
-(`alive_here`: a restart on the same machine needs no wait); on another, when its lease ran
-out (`background_lease_s`). Every process sweeps when it starts and at each renewal: it reads
-the store's index of active responses, then those responses. (docs/durability.md)
+`Jobs.start` stores the response `queued` and returns; its task appends each batch of due
+events to the store. Invariants: every append is conditional on the response still being
+active, so a cancel from any process stops the run; a response a stopped server left running
+is never resumed, only marked `failed` (`orphaned_response`), and only once its owner (machine,
+pid, start time) is gone here or its lease ran out (`Leases`, a store capability).
+The story: docs/internals.md#statebackground, docs/durability.md.
 """
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
-"""Runtime control: the live settings (GET /llmsim/config) and their changes (PATCH /llmsim/config).
+"""Runtime control: the live settings (GET /llmsim/config) and their changes (PATCH).
 
-A change is a flat mapping of setting names, as in the config file (`{"ttft_ms": 400}`). Only
-the settings `llmsim/schemas/config.yaml` marks `patchable: true` may change; a change is
-checked against that schema, with the config file's messages, and then by the simulator
-(`vet`: a profile that exists, fault kinds that do), before anything changes. It applies to
-the requests that start afterwards:
-* in this process at once;
-* in the other `--workers` processes at their next request: the changes so far are a JSON file
-  in the workers' shared stats directory, which each worker looks at (one `stat`) as a request
-  starts;
-* on every host sharing a store with a `settings_channel` (Redis) within a second: the changes
-  are published there, and every process reads them every `POLL_S` when they moved (the
-  changing process also writes what the channel then holds to its workers' file).
-Every process applies the changes over its own start-up settings; DELETE goes back to those.
+Only settings `llmsim/schemas/config.yaml` marks `patchable: true` change; a change is checked
+(schema, then the simulator's `vet`) before anything changes, and applies to requests that
+start afterwards: in this process at once, in the other workers at their next request (a
+file in the stats directory), on every host sharing a store with a `settings_channel` within
+`POLL_S`. Every process applies the changes over its own start-up settings.
+The story: docs/internals.md#stateliveconfig.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """Rate limits as OpenAI counts them: token buckets per (API key, model), refilled continuously.
 
-Each pair has up to two buckets, requests (capacity `rpm`) and tokens (capacity `tpm`), each
-refilled at its capacity per minute. A request costs 1 request and its input tokens plus its
-`max_output_tokens` (or the model's largest output), as OpenAI estimates before it answers.
-A request is served only when every bucket holds its cost; else it takes nothing and gets 429
-`rate_limit_exceeded` naming the bucket that is short (the one it would wait longest for).
-
-Limits (settings `rate_limit_rpm` / `rate_limit_tpm`, and `rate_limits: {default, models,
-keys}`): `default` for every pair (the two flags win over it), then `models[NAME]`, then
-`keys[KEY]`, each overriding the values it names. No limit for a pair: nothing is counted.
-
-Where the buckets live, so that one limit holds for the whole server:
-* one process: this process's memory (`Local`);
-* `--workers N`: a file in the workers' shared stats directory, read and written under an
-  exclusive lock (`SharedFile`);
-* a store that keeps them (Redis: taken atomically by a Lua script on Redis's clock), so every
-  host sharing it shares the buckets (`Shared`).
-The headers' names, the 429's wording and its retry headers are templates/ratelimits.yaml's;
-the x-ratelimit-* values are numbers and durations written here, as OpenAI writes them.
+A request costs 1 request and its input plus its maximum output tokens; it is served only
+when every bucket holds its cost, else it takes nothing and gets 429 naming the bucket
+that is short. The buckets live where one limit holds for the whole server: this process
+(`Local`), the workers' shared file (`SharedFile`) or a store's `buckets` capability
+(`Shared`). Header names and wording are templates/ratelimits.yaml's; the values are written
+here. The story: docs/internals.md#stateratelimits.
 """
 from __future__ import annotations
 

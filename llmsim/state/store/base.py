@@ -1,19 +1,12 @@
-"""What the stateful Responses API keeps (and stored chat completions), and the small interface
+"""What the stateful Responses API keeps (and stored chat completions), and the interface
 every backend implements.
 
-Records are plain data. A stored response keeps its latest snapshot (the response object a
-`GET` returns), the items it answered (history plus its own input, as item resources) and,
-when it was streamed or ran in the background, its SSE events (one frame per sequence
-number) for `GET ?stream=true` replay. Conversations keep their metadata and items.
-
-Backends bound what they keep: at most `max_entries` responses (and as many conversations),
-the oldest evicted first, each living `ttl_s` seconds after its last write. Anything
-evicted or expired reads as missing (`None`), never as an error. Writes are atomic; the
-one conditional write, `append_events`, is how a background run and a cancel (possibly in
-another process) agree on who ends a response.
-
-A write returns once every process can read it (so a response is retrievable anywhere
-as soon as its creation answers); backends batch the writes of concurrent requests.
+Invariants: records are plain data; a backend keeps at most `max_entries` of each kind (the
+oldest evicted first), each living `ttl_s` after its last write; anything evicted or expired
+reads as missing, never as an error; writes are atomic, and `append_events` is the one
+conditional write (how a background run and a cancel agree); a write returns once every
+process can read it. Also here: a full file store's `Eviction` and the loop-step
+`StepBatch`. The story: docs/internals.md#statestorebase.
 """
 from __future__ import annotations
 

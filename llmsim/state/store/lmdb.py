@@ -1,41 +1,11 @@
-"""The embedded store of `llmsim serve`: one LMDB environment (`--store lmdb:DIR`), a
-memory-mapped B+tree that every worker process maps and writes under LMDB's own
-cross-process write lock.
+"""The embedded store of `llmsim serve --workers`: one LMDB environment (`--store lmdb:DIR`)
+that every worker maps and writes under LMDB's own cross-process write lock.
 
-A write transaction never syncs to disk (a simulator's state need not survive a machine
-crash), so it runs on the event loop: no thread, no checkpoints. The writes that requests make
-in one step of the loop share one transaction, committed by a callback the first of them
-schedules: a write is committed, and readable by every process, when its call returns.
-Under load many writes share a commit, each cheaper than alone (B-tree pages are copied once
-per commit, not once per write). A read first commits the writes still waiting,
-so it sees every write called before it; readers never wait for writers.
-
-Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
-- `responses`: id -> HEAD (expires, creation number n, frame count, how many of those frames
-  the value holds), status, response JSON, the frames it was created with (LZ4), meta JSON;
-- `frames`: id NUL first_seq -> frame count, LZ4-compressed frames first_seq.. (one row per
-  append: a response's first frames live in its own value, so keeping one writes one row);
-- `conversations`: id -> (expires, n, next item position), record JSON;
-- `items`: conversation id NUL position -> item JSON; `item_ids`: conversation id NUL item id
-  -> position;
-- `chats`: id -> (expires, n), a stored chat completion's record JSON;
-- `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
-  entry's n is one more than the newest's;
-- `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
-- `active`: id -> nothing, for each response still queued or in progress (what a sweep of
-  stopped servers' background responses reads, llmsim.state.background);
-- `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
-  `attempts` NUL key -> how many requests reached a scenario's error turn (llmsim.faults.scripted).
-  `lease` NUL owner -> until when (wall clock) the process `owner` runs its background responses.
-
-Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
-entries of each kind are looked at and the expired ones deleted. The map starts at `MAP_SIZE`
-and doubles whenever a write fills it; the other processes adopt the new size on their next
-transaction. Its file's disk blocks are allocated as it grows (`reserve`), so it grows only as
-far as the disk has room: a full disk is a full map. Once it is `max_bytes`
-(`--store-max-bytes`), or the disk is full, a write that fills it evicts the oldest entries of
-each kind and tries again (`store.base.Eviction`, `store_evict_when_full`); when that is off or
-frees too little, the write fails with MapFullError (a 503, `outage`).
+Invariants: writes never sync to disk and run on the event loop; the writes of one loop step
+share one transaction (`StepBatch`), committed before any read, so a write is readable by
+every process when its call returns; the map grows only as far as the disk has room (a full
+disk is a full map, never a SIGBUS); a full map evicts by `Eviction`, else 503. Capabilities:
+leases, attempts, prefix_table. Tables and layout: docs/internals.md#statestorelmdb.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """The shared store: Redis (`--store redis://host:port/db`), for several llmsim processes or
 machines behind one load balancer.
 
-Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
-SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
-`conv:<id>:order` the list of item ids, `chat:<id>` a stored chat completion's record, `outbox` a
-hash of pending webhook deliveries, `resp:active` a set of the ids of responses created queued
-or in progress (those that end leave it; `active_responses` drops the rest), `lease:<owner>` a
-key that lives while the process `owner` runs its background responses (llmsim.state.background).
-`resp:order` / `conv:order` / `chat:order` are sorted sets of ids by creation number, used to
-evict the oldest. `faults:*` hold the fault schedule every process
-shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
-expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
-
-The writes of a stored response (`put_response`, `put_conversation`, `add_items`) made while
-another is on its way go together in one pipeline (one round trip per batch, not per write);
-each still returns only once Redis has run it.
+Keys live under `llmsim:`; writes that must be atomic are Lua scripts; expiry is Redis's own
+(an expired entry reads as missing). The writes of stored responses made while another is on
+its way go together in one pipeline, each returning once Redis ran it. Capabilities: leases,
+attempts, shared_faults, buckets, settings_channel, prefix_table (each a class here).
+Key layout: docs/internals.md#statestoreredis.
 """
 from __future__ import annotations
 

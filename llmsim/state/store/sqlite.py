@@ -1,30 +1,11 @@
 """The embedded store: one SQLite file in WAL mode, shared by every process that opens it.
 
-Calls run on the event loop, on its own connection, which never waits for a lock: a write
-opens a write transaction (`BEGIN IMMEDIATE`, which also makes the conditional append atomic
-across processes) that stays open for the rest of the loop iteration, so every write made
-meanwhile (other requests') shares one commit; a write returns once that commit is done, so
-whatever a request stored is visible to every process before it answers. Reads see this
-process's writes at once. When another process holds the write lock (or a read finds the
-file busy), the call goes to the store's thread instead, which waits for the lock without
-blocking the loop; calls made while any is there follow it there, in order. WAL checkpoints
-run on that thread too (the loop's connection checkpoints only when the thread has fallen
-so far behind that the WAL outgrew `WAL_SIZE_LIMIT`).
-
-Order of creation is the key `n` (new rows get the largest): keeping the newest
-`max_entries` means deleting every row with `n <= newest - max_entries` (done once per
-batch of creations). Expired rows read as missing at once and are deleted every
-`MAINTAIN_EVERY` commits (with the WAL checkpoint: no index on expiry to update per write).
-A full file (`--store-max-bytes`, i.e. `max_page_count`, or the disk) undoes the whole
-transaction; the oldest entries then go in a transaction of their own and the writes run again
-(`store.base.Eviction`); when that is off or frees too little they fail (a 503, `outage`).
-
-SSE frames are kept as blobs of whole frames (a frame ends with a blank line and never
-contains one), LZ4-compressed (`store.base.pack`). The frames a response is created with live in
-its own row (`responses.frames`), so storing a whole stream writes one row; frames appended
-later (a background response) go to `chunks`, one row per write holding sequence numbers
-first_seq.. . Pages written and freed per response are most of what storing costs, which is why
-a response's first frames share its row instead of going to a second B-tree.
+Invariants: calls run on the event loop on a connection that never waits for a lock; the
+writes of one loop step share one `BEGIN IMMEDIATE` transaction (`StepBatch`, a savepoint per
+call), and a write returns once committed; when another process holds the lock, calls move
+to the store's thread, in order. Creation order is the key `n`; expired rows read as missing
+at once; a full file evicts by `Eviction`, else 503. Capabilities: leases, attempts.
+The story: docs/internals.md#statestoresqlite.
 """
 from __future__ import annotations
 
