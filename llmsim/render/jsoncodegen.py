@@ -675,6 +675,88 @@ class JsonCodegen:
                 self.omittable_locals.add(local)
         return binds, subst
 
+    # -- what llmsim.render.jsonvaluegen builds on (its public interface to this compiler) ---
+    def new_local(self, prefix: str = "_v") -> str:
+        """A name no other generated code uses."""
+        return f"{prefix}{next(self._ids)}"
+
+    def binding(self, var: str) -> tuple[Any, bool] | None:
+        """How the code being generated holds `var` (a local, and whether it holds its JSON), if it does."""
+        return self._subst.get(var)
+
+    def read(self, var: str) -> None:
+        """The code being generated reads `var` (what an object called by value must be given)."""
+        self._var(var)
+
+    def known(self) -> set[str]:
+        """The variables the code being generated holds or reads already."""
+        return {*self._subst, *self._names}
+
+    def free_names(self, node: Any) -> set[str] | None:
+        """The variables `node` reads (None: not known, it reads the context whole)."""
+        return free_names(node, self.raw_objects, self._reads_of)
+
+    def inlinable(self, name: Any) -> bool:
+        """Whether the object `name` (fixed, known, not being inlined) may be inlined."""
+        return isinstance(name, str) and "{{" not in name and name in self.raw_objects \
+            and name not in self._inlining
+
+    def may_omit(self, text: str) -> bool:
+        return self._may_omit(text)
+
+    @contextmanager
+    def holding(self, var: str, local: str):
+        """While the code being generated holds `var` in `local` (a loop's item)."""
+        outer, self._subst = self._subst, {**self._subst, var: (local, False)}
+        try:
+            yield
+        finally:
+            self._subst = outer
+
+    def sealed(self, generate: Callable[[], Any]) -> Any:
+        """`generate()`, if nothing it generated reads the context as a whole (a closure, an
+        object named by expression: those would miss the variables held in locals); else
+        None, what it read forgotten."""
+        reads: set[str] = set()
+        names = set(self._names)
+        self._reads.append(reads)
+        try:
+            value = generate()
+        finally:
+            self._reads.pop()
+        if "__opaque__" in reads:
+            self._names.intersection_update(names)
+            return None
+        for outer in self._reads:
+            outer |= reads
+        return value
+
+    def held_json(self, node: Any, where: str) -> Gen:
+        """`node`'s JSON as this module writes it, for code holding variables in locals: in
+        place when none is held, else a call of a function of its own given a context that
+        holds them."""
+        bindings, reads = self._subst, self._reads
+        self._reads = []              # what it reads of the context, the call passes
+        try:
+            if not bindings:
+                return self.gen(node, where)
+            outer_names, self._names, self._subst = self._names, set(), {}
+            try:
+                gen = self.gen(node, where)
+                names = self._names
+            finally:
+                self._names, self._subst = outer_names, bindings
+        finally:
+            self._reads = reads
+        if gen.const is not None:
+            return gen
+        function = self._callable(self._define(gen.code, names))
+        held = ", ".join(f"{var!r}: {f'_F({local})' if is_json else local}"
+                         for var, (local, is_json) in bindings.items())
+        for var in bindings:
+            self._var(var)
+        return gen._replace(code=f"{function}({{**ctx, {held}}})")
+
     @contextmanager
     def inlining(self, name: str, subst: dict):
         """While the object `name` is generated in place, with `subst` (from `with_binds`)."""
