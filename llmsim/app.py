@@ -2,22 +2,15 @@
 app behind llmsim's front door (llmsim.api.front). With `server: plain` it uses connexion's
 public API only: no fast lane, handlers read the request through `connexion.request`.
 
-No import-time side effects (but one: which optional modules load, below): everything (data,
-templates, spec) is loaded here, and a bad template or data file raises ConfigError before
+No import-time side effects: everything (data, templates, spec) is loaded here, and a bad template or data file raises ConfigError before
 the server accepts a connection.
 """
 from __future__ import annotations
 
 import logging
 import os
-import sys
 
-# connexion's Flask side (its `flask` extra) and httpx's command line (rich, pygments) are
-# optional: both packages import them under `except ImportError` and carry on without.
-# We use neither; not loading them keeps every server process smaller (bench/memory.py).
-for _optional in ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._main"):
-    sys.modules.setdefault(_optional, None)
-from connexion import AsyncApp  # noqa: E402
+from connexion import AsyncApp
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionResponse
 from connexion.options import SwaggerUIOptions
@@ -130,8 +123,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     async def on_unexpected(request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return render_error(ServerError("The server had an error while processing your request."),
-                            request.url.path)
+        return render_error(ServerError.unexpected(), request.url.path)
 
     # connexion gets each document as read by the C YAML loader (its own reader is PyYAML's
     # pure-Python one, most of the cost of building the app); documents' $refs are internal.

@@ -214,7 +214,20 @@ def record(upstream: str, out: str, host: str, port: int) -> int:
 STARTUP_FAILURE = 3     # the exit status uvicorn gives a server that could not start
 
 
+UNUSED_OPTIONAL = ("connexion.apps.flask", "connexion.frameworks.flask", "httpx._main")
+
+
+def skip_unused_optional_modules() -> None:
+    """A server process never loads connexion's Flask side (its `flask` extra) nor httpx's
+    command line (rich, pygments): both packages import them under `except ImportError` and
+    carry on without, and not loading them keeps each server process smaller (bench/memory.py).
+    Done by the command that owns the process, before the app is imported, never on import."""
+    for name in UNUSED_OPTIONAL:
+        sys.modules.setdefault(name, None)
+
+
 def _serve(settings: Settings) -> int:
+    skip_unused_optional_modules()
     import uvicorn
 
     from llmsim.server.versions import choose
@@ -268,7 +281,7 @@ def _serve(settings: Settings) -> int:
                 return 0
             if not (settings.reuse_port and listening.reuse_port_supported()):
                 worker_config["loop"] = "llmsim.server.accepting:new_shared_event_loop"
-            run_workers(uvicorn.Config("llmsim.cli:worker_app", **worker_config), settings.reuse_port)
+            listening.run_workers(uvicorn.Config("llmsim.cli:worker_app", **worker_config), settings.reuse_port)
     return 0
 
 
@@ -373,25 +386,6 @@ def banner(settings: Settings, port: int, temp_store: bool = False) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
-def run_workers(config, reuse_port: bool) -> None:
-    """uvicorn's process manager. By default the workers share one listening socket, and
-    each takes half of the connections waiting when it wakes (llmsim.server.accepting). With
-    `reuse_port` (the default), each worker listens on its own SO_REUSEPORT socket
-    (llmsim.server.listening), the kernel spreads connections over them and each worker accepts
-    all of its own at once: best for bursts of streams in bench/perf.py, and as good for wrk."""
-    from uvicorn.supervisors import Multiprocess
-    if reuse_port and listening.reuse_port_supported():
-        sock = listening.worker_socket(config.host, config.port)
-    else:
-        sock = config.bind_socket()
-    try:
-        Multiprocess(config, sockets=[sock]).run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
-
-
 def check_in_child(settings: Settings) -> None:
     """Build the app once in a short-lived process, raising its ConfigError here: the
     supervisor of `--workers` processes then never holds an app (nor a tokenizer) itself."""
@@ -406,6 +400,7 @@ def check_in_child(settings: Settings) -> None:
 
 def _build_app(settings: Settings) -> str | None:
     """The configuration error building the app raises, if any."""
+    skip_unused_optional_modules()
     import asyncio
 
     from llmsim.api.front import sweep
@@ -457,6 +452,7 @@ def _shared_paths(settings: Settings, store_scratch: Path | None, stats_scratch:
 def worker_app():
     """uvicorn's app factory in each `--workers` process: the settings `serve` handed over,
     on a CPU of its own (llmsim.server.affinity) if the server is tuned."""
+    skip_unused_optional_modules()
     from llmsim.app import create_app
     settings = for_worker()
     if settings.server == "tuned":

@@ -133,6 +133,12 @@ class ServerError(APIError):
     status = 500
     type = "server_error"
     code = "server_error"
+    UNEXPECTED = "The server had an error while processing your request."   # OpenAI's words
+
+    @classmethod
+    def unexpected(cls) -> "ServerError":
+        """What a client is told of a bug (an exception nobody raised on purpose)."""
+        return cls(cls.UNEXPECTED)
 
 
 class ServiceUnavailableError(APIError):

@@ -91,16 +91,17 @@ class Simulator:
         self.faults = FaultInjector(load_kinds(self.settings.data_file("faults.yaml")), self.settings, self.clock, self.templates["faults"],
                                     self.catalogue)
         self.store = open_store(self.settings)    # stored responses and conversations
-        if getattr(self.store, "shared_faults", None) is not None:
-            self.faults.share(self.store.shared_faults)     # one fault schedule for every process
+        if self.store.capabilities.shared_faults is not None:
+            self.faults.share(self.store.capabilities.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
         s = self.settings                         # recorded exchanges answering matching requests
         self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
         scenarios = ScenarioSet.load(self.settings.scenarios, list(self.faults.kinds),
                                      self.settings.default_scenario)
-        self.scripts = Scripts(scenarios, self.faults, getattr(self.store, "attempt", None))
+        self.scripts = Scripts(scenarios, self.faults, self.store.capabilities.attempts)
         shared = self.settings.stats_dir if self.settings.workers > 1 else None     # a host's slots
         self.serving = Serving(self.store, self.profiles, shared)   # slots, queues and the prefix cache (off by default)
+        self.serving.refresh(self.settings)
         self.stats.serving_state = self.serving.snapshot
         self.limiter = RateLimiter(self.settings, self.store, self.templates)   # rate limits (or none)
         self.live = LiveConfig(self.settings, self.store, self.reconfigure, self.vet)   # PATCH /llmsim/config
@@ -121,6 +122,7 @@ class Simulator:
         old, self.settings = self.settings, settings
         self._fixed_profiles.clear()
         self.limiter.configure(settings)
+        self.serving.refresh(settings)
         if settings.errors != old.errors and self.faults.shared is None:
             self.faults.rates = self.faults.check_rates(settings.errors or {}, ConfigError, "errors")
         for listener in self.reconfigured:

@@ -1,4 +1,5 @@
-"""Live llmsim servers for tests: a pytest plugin (entry point `pytest11`) and its helpers.
+"""Live llmsim servers for tests: a pytest plugin (entry point `pytest11`) and its helpers
+(which import without pytest: bench/ scripts use `start`).
 
 Any project that installs llmsim gets two fixtures:
 
@@ -25,9 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, Mapping, Sequence
-
-import pytest
+from typing import Any, Mapping, Sequence
 
 ENV_PREFIX = "LLMSIM_"      # as llmsim.settings reads them (not imported: pytest loads this module early)
 START_TIMEOUT_S = 60.0      # generous: on a busy machine building the app takes a while
@@ -148,23 +147,7 @@ def start(**settings: Any) -> Server:
     return Server(env=env, host=settings.get("host", "127.0.0.1"), port=settings.get("port"))
 
 
-@pytest.fixture(scope="session")
-def llmsim_server() -> Iterator[Server]:
-    """One live llmsim server for the session, with no simulated latency."""
-    with start() as server:
-        yield server
-
-
-@pytest.fixture
-def llmsim_server_factory() -> Iterator:
-    """`llmsim_server_factory(**settings)` starts a live server with these settings (see
-    `start`); every one it started is stopped when the test ends."""
-    started: list[Server] = []
-
-    def factory(**settings: Any) -> Server:
-        server = start(**settings)
-        started.append(server)
-        return server
-    yield factory
-    for server in started:
-        server.stop()
+def pytest_configure(config) -> None:
+    """pytest loaded this plugin: its fixtures (llmsim._fixtures, which imports pytest) join
+    the run. Only pytest calls this, so importing this module needs no pytest."""
+    config.pluginmanager.import_plugin("llmsim._fixtures")

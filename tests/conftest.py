@@ -74,59 +74,35 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.unit)
 
 
-_running = {"unit": None}    # the unit test running now (its setup, call and teardown)
+def _starts_llmsim(args) -> bool:     # `python -m llmsim ...`, `llmsim ...`, `python -c "...llmsim..."`
+    words = [str(args)] if isinstance(args, (str, bytes, Path)) else [str(a) for a in args]
+    code = words[words.index("-c") + 1] if "-c" in words[:-1] else ""
+    return "llmsim" in words or Path(words[0]).name == "llmsim" or "llmsim" in code
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    _running["unit"] = item.nodeid if item.get_closest_marker("unit") else None
-    try:
-        return (yield)
-    finally:
-        _running["unit"] = None
-
-
-def _unit_tests_start_no_llmsim_process() -> None:
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_llmsim_process(request, monkeypatch):
     """A test that starts an llmsim process is `live`: starting one in a unit test fails it,
-    naming the lists above that would have put it in its group."""
-    init = subprocess.Popen.__init__
-
-    def llmsim(args) -> bool:   # `python -m llmsim ...`, `llmsim ...`, `python -c "...llmsim..."`
-        words = [str(args)] if isinstance(args, (str, bytes, Path)) else [str(a) for a in args]
-        code = words[words.index("-c") + 1] if "-c" in words[:-1] else ""
-        return "llmsim" in words or Path(words[0]).name == "llmsim" or "llmsim" in code
+    naming the lists above that would have put it in its group (checked in unit tests only,
+    for the test's own time: pytest's monkeypatch undoes it after)."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    init, test = subprocess.Popen.__init__, request.node.nodeid
 
     def checked(self, args, *rest, **kwargs):
-        if _running["unit"] and llmsim(args):
-            raise RuntimeError(f"{_running['unit']} is a unit test but starts {str(args)[:100]}: "
+        if _starts_llmsim(args):
+            raise RuntimeError(f"{test} is a unit test but starts {str(args)[:100]}: "
                                "add it to LIVE_TESTS (or its module to LIVE_MODULES) in tests/conftest.py")
         init(self, args, *rest, **kwargs)
-    subprocess.Popen.__init__ = checked
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked)
 
 
-_unit_tests_start_no_llmsim_process()
-
-
-def _read_each_document_once() -> None:
-    """connexion reads an OpenAPI document (through jinja and PyYAML's pure-Python parser) each
-    time an app is built, and validates it: half of `create_app`, which many in-process tests
-    call. Here each document, unchanged since, is read once and every app gets its own deep
-    copy."""
-    import copy
-
+def _validate_each_document_once() -> None:
+    """connexion validates a document against the OpenAPI schema each time it builds a
+    Specification, once per base path: a fifth of `create_app`, which many in-process tests
+    call. Here each document is validated once. (The app hands connexion documents it read
+    itself, so connexion reads no file.)"""
     from connexion.spec import Specification
-    read, documents = Specification._load_spec_from_file, {}
-
-    def read_once(arguments, specification):
-        stat = specification.stat()
-        key = (str(specification), stat.st_mtime_ns, stat.st_size, repr(arguments))
-        if key not in documents:
-            documents[key] = read(arguments, specification)
-        return copy.deepcopy(documents[key])
-    Specification._load_spec_from_file = staticmethod(read_once)
-
-    # ... and validated once: connexion validates a document against the OpenAPI schema each
-    # time it builds a Specification, once more per base path (`with_base_path` clones).
     validate, valid = Specification._validate_spec.__func__, set()
 
     def validate_once(cls, spec):
@@ -137,7 +113,7 @@ def _read_each_document_once() -> None:
     Specification._validate_spec = classmethod(validate_once)
 
 
-_read_each_document_once()
+_validate_each_document_once()
 
 
 def _compile_each_template_directory_once() -> None:

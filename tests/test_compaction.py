@@ -74,9 +74,10 @@ def test_the_body_matches_openais_schema(server):
     oai_schemas.validate("CompactResource", body)
 
 
-def test_an_unknown_previous_response_is_a_404(client):
-    with pytest.raises(openai.NotFoundError):
+def test_an_unknown_previous_response_is_a_400_as_for_create(client):
+    with pytest.raises(openai.BadRequestError) as exc:
         client.responses.compact(model=MODEL, previous_response_id="resp_missing")
+    assert exc.value.code == "previous_response_not_found"
 
 
 def test_an_unknown_model_is_a_404(client):

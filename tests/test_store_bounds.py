@@ -25,7 +25,7 @@ def test_expired_entries_are_a_404(live_server_factory):
     time.sleep(TTL_S + 0.5)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created.id)
-    with pytest.raises(openai.NotFoundError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         client.responses.create(model=MODEL, input="Later.", previous_response_id=created.id)
     assert exc.value.response.json()["error"]["code"] == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):

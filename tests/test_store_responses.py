@@ -167,8 +167,8 @@ def test_a_chain_keeps_the_whole_history(client):
     assert third.usage.input_tokens > second.usage.input_tokens > first.usage.input_tokens
 
 
-def test_unknown_previous_response_is_404(client):
-    with pytest.raises(openai.NotFoundError) as exc:
+def test_unknown_previous_response_is_400_as_over_the_websocket(client):
+    with pytest.raises(openai.BadRequestError) as exc:
         client.responses.create(model=MODEL, input="x", previous_response_id="resp_gone")
     error = error_of(exc.value)
     assert (error["code"], error["param"]) == ("previous_response_not_found", "previous_response_id")
@@ -188,7 +188,7 @@ def test_store_false_keeps_nothing(client):
     assert created.store is False
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL, input="More.", previous_response_id=created.id)
 
 

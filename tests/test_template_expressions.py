@@ -301,6 +301,24 @@ stream:
     assert "plan.n + plan.text" in record.getMessage()
 
 
+def test_an_object_given_omit_by_with_leaves_its_key_out(compile_one, caplog):
+    """`$with: {n: "{{ omit }}"}` (the WebSocket error event with no sequence number): the
+    object's entry reading `n` is left out, in a body and in a stream's event, by the
+    generated code itself (no compiler bug logged, no server error)."""
+    t = compile_one("""
+objects:
+  event: {kind: "{{ kind }}", n: "{{ n }}"}
+body: {$object: event, $with: {kind: e, n: "{{ omit }}"}}
+stream:
+  - event: e
+    data: {$object: event, $with: {kind: "{{ plan.kind }}", n: "{{ omit }}"}}
+""")
+    with caplog.at_level(logging.ERROR, logger="llmsim.templates"):
+        assert orjson.loads(t.body_json()) == {"kind": "e"}
+        assert [frame for _, frame in t.frames(plan={"kind": "k"})] == [b'event: e\ndata: {"kind":"k"}\n\n']
+    assert not caplog.records
+
+
 # -- a mapping from a loop, as a template author sees it -------------------------------------
 def test_a_loop_with_a_key_makes_a_mapping_and_an_omitted_value_leaves_no_key(compile_one):
     t = compile_one("""

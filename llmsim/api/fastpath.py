@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema_rs
-from connexion.json_schema import resolve_refs
 from starlette.types import Receive, Scope
 
 from llmsim import datafiles
 from llmsim.api.validation import (check, check_depth, compile_schema, json_body, read_body,
                                    unsupported_media_type)
 from llmsim.server.context import enter
+from llmsim.server.documents import resolved
 
 JSON = "application/json"
 
@@ -96,7 +96,7 @@ def nullable_to_types(schema: t.Any) -> t.Any:
 def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> dict[str, Operation]:
     """path -> Operation for every POST the document (a path, or the document as read: llmsim.api.compat)
     marks `x-llmsim-fast-lane` (its only input a JSON request body)."""
-    spec = resolve_refs(datafiles.read_yaml(spec) if isinstance(spec, Path) else spec)
+    spec = resolved(datafiles.read_yaml(spec) if isinstance(spec, Path) else spec)
     ops = {}
     for path, item in (spec.get("paths") or {}).items():
         post = item.get("post")

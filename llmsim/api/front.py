@@ -23,6 +23,7 @@ through `render_error`, the app's one renderer.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable
 
@@ -35,6 +36,7 @@ from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.transport import SSEResponse
+from llmsim.server.collector import Collector
 from llmsim.server.connection import body_arrived, responder
 
 if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
@@ -65,7 +67,8 @@ class Front:
                  render_error: Callable[..., Response], base_paths: tuple[str, ...],
                  tuned: bool = True, apis: Apis | None = None):
         self.app = app                          # connexion: every route not served here
-        self.observer = Observer(sim, gc_policy=tuned)
+        self.observer = Observer(sim, Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
+                                 if tuned else None)    # the tuned server's GC policy; plain: CPython's
         self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin,
                            access=Access(), apis=apis)
         self.operations = operations            # the fast lane: none on `--server plain`
@@ -174,8 +177,7 @@ class Front:
                 closing = "connection" in exc.headers
             except Exception:
                 log.exception("unexpected error on %s %s", scope["method"], path)
-                response = self.render_error(ServerError(
-                    "The server had an error while processing your request."), scope["path"])
+                response = self.render_error(ServerError.unexpected(), scope["path"])
             if response is None:
                 await self.app(scope, receive, observed_send)
             elif closing or not (self.tuned and self._responded(scope, response, ex)):

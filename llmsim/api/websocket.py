@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from connexion.json_schema import resolve_refs
 from starlette.routing import Router, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
@@ -53,6 +52,7 @@ from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequest
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
 from llmsim.pacing.draining import DRAIN
+from llmsim.server.documents import resolved
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
 from llmsim.simulator import Simulator
@@ -69,7 +69,7 @@ GONE = (WebSocketDisconnect, WebSocketDisconnected)
 
 def request_validator(spec_path: Path):
     """The compiled `CreateResponseRequest` schema of our OpenAPI document (as HTTP uses it)."""
-    schemas = resolve_refs(datafiles.read_yaml(spec_path)).get("components", {}).get("schemas", {})
+    schemas = resolved(datafiles.read_yaml(spec_path)).get("components", {}).get("schemas", {})
     if REQUEST_SCHEMA not in schemas:
         raise ConfigError(f"{spec_path}: components.schemas.{REQUEST_SCHEMA} is missing "
                           "(WebSocket response.create frames are checked against it)")
@@ -241,7 +241,7 @@ class Connection:
                 await self.send_error(exc)
             except Exception:
                 log.exception("unexpected error answering a WebSocket response.create")
-                await self.send_error(ServerError("The server had an error while processing your request."))
+                await self.send_error(ServerError.unexpected())
 
     async def respond(self, raw: str | bytes) -> None:
         """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`."""

@@ -1,31 +1,11 @@
 """Fault injection: the catalogue (`data/faults.yaml`), three triggers, and what a fault does.
 
-Per request, the first trigger that names a fault wins:
-
-1. the request header ``x-llmsim-fault: <kind>[;after_tokens=k][;retry_after=s][;timeout_after_ms=ms]``
-   (``none`` turns injection off for that request);
-2. the schedule (config ``fault_schedule`` or ``POST /llmsim/faults``): entries
-   ``{kind, count, every, after_tokens, retry_after, timeout_after_ms}`` -- "the next `count`
-   requests", or "every `every`-th request" (`count` times, or forever); the first entry
-   that fires wins;
-3. the rates (config ``errors: {kind: probability}``), drawn from an rng seeded by ``--seed``
-   (one draw per request, whatever happens, so the sequence is reproducible); rates adding
-   up to more than 1 are scaled down to add up to 1 (every request fails).
-
-A handler makes one call, ``fault = sim.faults.begin(api, body, headers)``: immediate
-errors are raised there, and the returned `llmsim.faults.injection.Injection` shapes the plan
-(`fault.shape(plan)`: content filter) and the stream (`fault.frames(template, **ctx)`: a
-mid-stream error or drop after k tokens). With no fault, both hand their input back. When
-``fault.waits``, the handler first calls ``fault = await fault.wait()``: a ``timeout``'s error,
-once the timeout has passed, or a decision that is the shared store's to make.
-
-With a shared store (Redis: ``store.shared_faults``), the schedule and the rates live in the store,
-so every process behind one balancer sees one schedule: "the next `count` requests" are the
-next `count` requests any of them answers (the store counts and removes entries atomically,
-one round trip per request that names no fault in its header). A process whose config sets
-``fault_schedule`` or ``errors`` writes them to the store before its first use of it, unless
-the store already holds that same configuration (processes started alike write it once). The
-request and injection counts (``requests``, ``injected``) stay each process's own.
+Per request the first trigger that names a fault wins: the `x-llmsim-fault` header, the
+schedule (`fault_schedule`, `POST /llmsim/faults`), the rates (`errors`, one seeded draw per
+request whatever happens). A handler calls `sim.faults.begin(api, body, headers)`: immediate
+errors raise there; the returned Injection shapes the plan and the stream. With a store's
+`shared_faults` capability the schedule and rates live in the store, one for every process
+(counted atomically). The story: docs/internals.md#faultscatalogue.
 """
 from __future__ import annotations
 

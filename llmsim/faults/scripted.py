@@ -4,15 +4,15 @@ machinery, then its answer plays.
 `Scripts.begin` takes the place of `FaultInjector.begin` for a request a scenario or a rule
 may script: it returns the injection (what a fault does) and the answer to plan (None:
 generate as usual). An error turn fails the first `attempts` requests that reach it with
-the same history; the attempts are counted by `counter` (the store's `attempt`: shared by
-every process of a Redis, LMDB or SQLite store; `Attempts`, this process's own, for memory). A
+the same history; the attempts are counted by `counter` (the store's `attempts` capability:
+shared by every process of a Redis, LMDB or SQLite store; `Attempts`, this process's own, for memory). A
 request no error turn fails goes on to the usual triggers (the fault header, the schedule,
 the rates), so content faults apply to scripted answers too.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Mapping, Protocol
 
 from llmsim.faults.catalogue import FaultInjector
 from llmsim.faults.injection import Injection
@@ -20,6 +20,12 @@ from llmsim.sim.inputs import Turn
 from llmsim.sim.scenarios import Answer, ScenarioSet
 
 MAX_KEYS = 100_000      # histories an in-process counter remembers (the oldest are forgotten)
+
+
+class SharedAttempts(Protocol):
+    """A store's shared counter (llmsim.state.store.capabilities.Attempts)."""
+
+    def attempt(self, key: str) -> Awaitable[int]: ...
 
 
 class Attempts:
@@ -38,10 +44,10 @@ class Attempts:
 
 class Scripts:
     def __init__(self, scenarios: ScenarioSet, injector: FaultInjector,
-                 counter: Callable[[str], Awaitable[int]] | None = None):
+                 counter: SharedAttempts | None = None):
         self.scenarios = scenarios
         self.injector = injector
-        self.attempt = counter or Attempts().attempt
+        self.attempt = (counter or Attempts()).attempt     # a shared store's counter, else this process's
 
     def wanted(self, body: Mapping[str, Any], headers: Mapping[str, str] | None) -> bool:
         return self.scenarios.wanted(body, headers)

@@ -13,16 +13,15 @@ completion tokens). Streams send headers before the body, so they carry them too
 """
 from __future__ import annotations
 
-import asyncio
 import random
 import time
+from typing import Protocol
 
 from llmsim.observe.requestlog import AccessLog, Trace
 from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 from llmsim.observe.tracing import create as create_tracing
 from llmsim.pacing.pacer import PACERS
 from llmsim.render.jsonbytes import decimal
-from llmsim.server.collector import Collector
 
 API_PREFIXES = ("/openai/v1/", "/v1/")     # the default base paths' (settings.base_paths)
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
@@ -55,8 +54,18 @@ def _ms(seconds: float) -> bytes:
     return found
 
 
+class GcPolicy(Protocol):
+    """When the garbage collector may pause the process (llmsim.server.collector.Collector)."""
+
+    def serving(self, now: float) -> None: ...
+
+    def stopped(self) -> None: ...
+
+    def request_ended(self, now: float, in_flight: int) -> None: ...
+
+
 class Observer:
-    def __init__(self, sim, gc_policy: bool = True):
+    def __init__(self, sim, collector: GcPolicy | None = None):
         self.stats: Stats = sim.stats
         self.counting = self.stats.enabled
         settings = sim.settings
@@ -73,9 +82,9 @@ class Observer:
         self._endpoints: dict[str, str] = {}
         self.in_flight = 0
         self.tracing = create_tracing(settings)     # OpenTelemetry: None unless asked for
-        # the tuned server's garbage collection policy (llmsim.server.collector); plain: CPython's
-        self.collector = Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect)) \
-            if gc_policy else None
+        # the tuned server's garbage collection policy (llmsim.server.collector, given from
+        # above by llmsim.api.front); None: CPython's
+        self.collector = collector
 
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)

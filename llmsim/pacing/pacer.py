@@ -1,18 +1,11 @@
-"""One timer for every paced stream of a process.
+"""One timer for every paced stream of an event loop.
 
-Paced per task, each stream sleeps until its next event, and every event costs a timer, a
-future, a task step and a trip through two async generators. With a thousand streams at
-20 ms gaps that is 50,000 wake-ups a second. Here each stream is a small state machine in
-one wheel of millisecond slots: when the loop's single timer fires, every stream due writes
-its due events from the timer callback itself, and the request's task only waits for its
-stream to end. The timer fires between loop steps, and one step may run a burst of requests
-(streams starting or ending by the hundred): each request also lets the streams write what
-is due as it starts and as it ends (`catch_up`, from llmsim.observe.observer), so none waits for the
-whole burst.
-
-Writing from a callback means running the ASGI `send` coroutine without a task: it finishes
-at once unless the transport's buffer is full (flow control), in which case a task finishes
-it and the stream waits for that before its next write.
+Each stream is a small state machine in one wheel of millisecond slots: when the loop's
+single timer fires, every stream due writes its due events from the timer callback itself,
+and the request's task only waits for its stream to end. Each request also lets due streams
+write as it starts and ends (`catch_up`, from llmsim.observe.observer). Invariant: a write the
+transport cannot take at once (flow control) is finished in a task, and its stream waits for
+it before its next write. The story: docs/internals.md#pacingpacer.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Events already due are written together in one chunk, so a burst costs one socke
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Protocol
 
 from starlette.responses import Response
 
@@ -17,9 +17,22 @@ from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.pacer import PACERS, PacedStream, send_now
 from llmsim.render.jsonbytes import decimal, dumps
 from llmsim.render.sse import payload
-from llmsim.server.connection import chunk_writer, watch_disconnect
 
 JSON = "application/json"
+CONNECTION = "llmsim.connection"    # scope["extensions"] key: the server's `ConnectionHooks`
+
+
+class ConnectionHooks(Protocol):
+    """What a server that knows its connections installs in each request's scope (llmsim.server
+    .connection, from above); a request without them takes ASGI's public path."""
+
+    def chunk_writer(self, scope) -> Callable[[bytes, bool], bool] | None:
+        """Write a body chunk straight to the connection (False: `send` must)."""
+
+    def watch_disconnect(self, scope, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Have `callback()` called when the client leaves; returns what calls it off."""
+
+
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SSE_RAW_HEADERS = ((b"content-type", b"text/event-stream; charset=utf-8"),
                     *((k.encode("latin-1"), v.encode("latin-1")) for k, v in SSE_HEADERS.items()))
@@ -141,7 +154,7 @@ class SSEResponse(Response):
     Lighter than starlette's StreamingResponse, which (under uvicorn's ASGI 2.3) runs every
     stream in an anyio task group beside a task listening for the client to leave. Served by
     `llmsim serve`'s protocol, the connection itself says when its client leaves
-    (llmsim.server.connection.watch_disconnect); elsewhere a stream still running after `WATCH_AFTER`
+    (`ConnectionHooks.watch_disconnect`); elsewhere a stream still running after `WATCH_AFTER`
     seconds gets a listening task (instant streams never need one). When the client leaves,
     the stream is cancelled where it waits, and the response ends quietly.
     """
@@ -163,7 +176,9 @@ class SSEResponse(Response):
     async def __call__(self, scope, receive, send) -> None:
         self._task = asyncio.current_task()     # None while started eagerly (llmsim.server.starting)
         watcher: list[asyncio.Task] = []
-        forget = watch_disconnect(scope, self._left)
+        extensions = scope.get("extensions")
+        hooks: ConnectionHooks | None = extensions.get(CONNECTION) if extensions else None
+        forget = hooks.watch_disconnect(scope, self._left) if hooks is not None else None
         if forget is None:
             loop = asyncio.get_running_loop()
             forget = loop.call_later(self.WATCH_AFTER, lambda: watcher.append(
@@ -174,7 +189,7 @@ class SSEResponse(Response):
                 await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             chunks = self.chunks
             if isinstance(chunks, Paced) and chunks.clock.realtime:
-                stream = self._on_pacer(chunks, send, chunk_writer(scope))
+                stream = self._on_pacer(chunks, send, hooks.chunk_writer(scope) if hooks is not None else None)
                 self._waiting = stream.done
                 await stream.done
                 self._waiting = None

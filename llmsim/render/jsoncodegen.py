@@ -1,38 +1,12 @@
 """Template values compiled to Python source: one function per value, writing its JSON bytes.
 
-A streamed event costs what its template costs to evaluate, so the hot templates are turned
-into straight-line code at start-up, the way jinja2 compiles its templates:
-
-    {kind: greeting, n: "{{ seq }}", text: "{{ token.text }}"}
-
-becomes (roughly)
-
-    def write(ctx):
-        _n_seq, _n_token = ctx['seq'], ctx['token']      # (_name when one is missing)
-        return b"".join((b'{"kind":"greeting","n":', _d(_n_seq), b',"text":',
-                         _d(_n_token.text), b'}'))
-
-Constant sub-trees are serialised once; what one render gives one value is computed once per
-render (the `_m` memo), and what an event inside a stream's loop reads of an outer loop once
-per run of that loop (the `_lm` memo: a Responses delta's `item_id` and `output_index`, once
-per output item), and an object events call with the same constant `$with` values, reading
-nothing an event binds, once per render (a Responses stream's first two responses);
-expressions are inlined (dotted names as item/attribute
-look-ups, simple expressions as pyexpr's Python); `omit`-able values are filtered where they
-can occur, and a request field echoed with a literal default (`given(req.get('k'), 1.0)`)
-writes the default as constant JSON when the field is absent. An `$object` with a fixed
-name is inlined too, its `$with` variables bound to locals (one whose object only writes
-it out whole holds its JSON bytes), unless the object loops or names objects by
-expression: then its own function is called. One named by
-`"prefix{{ dotted.name }}suffix"` inlines each object the name can pick that could be inlined
-(the others are called), chosen by value. The generated
-function gives the same bytes as the closure writer of `jsonwriter` (the same language and
-lookup rule, llmsim.render.pyexpr; tests/test_template_expressions.py checks it against jinja). When
-it raises, the value has a template error: the closure names it, and it is logged with its
-template and path and answered as a server error (`failed`). A value written
-once per render (a template's `body`) is built as one Python value instead
-(llmsim.render.jsonvaluegen), which uses this module's expressions and, for what it does not
-build, this module's JSON.
+The hot templates (a stream's events) become straight-line code at start-up, as jinja2
+compiles its templates: constant sub-trees serialised once, what one render gives one value
+computed once per render (the `_m` memo), expressions inlined, objects with a fixed name
+inlined. Invariant: a generated function gives the same bytes as the closure writer of
+llmsim.render.jsonwriter (the differential test, tests/test_template_expressions.py, checks
+it). When it raises, the closure only names the template error (`failed`): logged with its
+template and path, answered as a server error. The story: docs/internals.md#renderjsoncodegen.
 """
 from __future__ import annotations
 
@@ -42,7 +16,7 @@ import re
 from ast import literal_eval
 from contextlib import contextmanager
 from functools import cache
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, NoReturn
 
 import orjson
 import jinja2
@@ -56,27 +30,27 @@ from llmsim.render.template_syntax import LOOP, ONE_NAME, entry_key, free_names,
 
 Writer = Callable[[dict], "bytes | None"]
 log = logging.getLogger("llmsim.templates")
-_DISAGREED: set[str] = set()        # template paths whose code raised where the closure did not
 
 
-def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: dict) -> Any:
-    """The generated code of the value at `where` raised `error`. The closure (the reference
-    renderer, the same language and lookup rule) renders it again to name the template error,
-    which is logged with its template and path and answered as a server error (a template bug
-    is the server's); an APIError raised on purpose passes. Should the closure give a value,
-    the two disagree (a compiler bug): logged once per path, and the closure's value used."""
+def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: dict) -> NoReturn:
+    """The generated code of the value at `where` raised `error`: an APIError raised on purpose
+    passes; else the value has a template error, which the closure (the reference renderer,
+    the same language and lookup rule) renders again only to name it, logged with its template
+    and path, and answered as a server error (a template bug is the server's). Its value is
+    never used: should the closure give one, the two disagree (a compiler bug, which the
+    differential test tests/test_template_expressions.py looks for), logged as such."""
+    if isinstance(error, APIError):
+        raise error
     try:
-        value = reference(ctx)
+        reference(ctx)
     except APIError:
         raise
     except Exception as exc:
         log.error("%s", exc if isinstance(exc, ConfigError) else f"{where}: {type(exc).__name__}: {exc}")
-        raise ServerError("The server had an error while processing your request.") from exc
-    if where not in _DISAGREED:
-        _DISAGREED.add(where)
-        log.error("%s: generated code raised %s: %s, where the reference renderer gives a value "
-                  "(a template compiler bug; the reference's value is used)", where, type(error).__name__, error)
-    return value
+        raise ServerError.unexpected() from exc
+    log.error("%s: generated code raised %s: %s, where the reference renderer gives a value "
+              "(a template compiler bug)", where, type(error).__name__, error)
+    raise ServerError.unexpected() from error
 
 
 class Gen(NamedTuple):
@@ -152,7 +126,6 @@ def _concat(parts: list) -> str:
 # item's): written from a table of small ints, cheaper than a call of orjson
 _COUNTER = re.compile(r"^\{\{\s*(?:[A-Za-z_]\w*\.)*(?:seq|\w*index)\s*\}\}$")
 LOCAL = "@"     # marks a read of a variable the writer binds itself (a `$for`'s, a `$with`'s)
-LOOP_MEMO = "__loop_memo"     # a step loop's memo in its context (llmsim.render.stepcodegen)
 
 
 class _Without:
@@ -191,7 +164,6 @@ class JsonCodegen:
         self._reads: list = []                    # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
-        self._loop_fixed: frozenset[str] = frozenset()  # ... but these, per step loop (`writer`)
         self._memo = True                         # memoise what can be (`writer`'s `once`)
         # variables whose value may change between the events of one render (loops'), and
         # whether an object's own writer is being generated (its context may hold any `$with`)
@@ -203,21 +175,20 @@ class JsonCodegen:
         # whether it holds the value's JSON bytes rather than the value)
         self._subst: dict[str, tuple[str | Gen, bool]] = {}
         self._inlining: set[str] = set()          # objects being inlined (no recursion)
+        self.omittable_locals: set[str] = set()   # `$with` values bound to locals that may be omit
         self._kinds = {"string": self._leaf, "list": self._list, "$object": self._object,
                        "$for": self._for, "$if": self._if, "dict": self._dict,
                        "const": lambda node, where: _const(dumps(node))}
 
-    def writer(self, node: Any, where: str, fallback: Writer, name: str | None = None,
-               loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Writer:
-        """`node`'s JSON writer: generated code, guarded by `failed` (with `fallback`, the
+    def writer(self, node: Any, where: str, reference: Writer, name: str | None = None,
+               once: bool = False) -> Writer:
+        """`node`'s JSON writer: generated code, guarded by `failed` (with `reference`, the
         closure writer, to name the error) when it raises; the writer
-        of the object `name`, when given, which other writers may call. `loop_fixed`: for an
-        event inside a stream's loop, the variables of outer loops, which keep their values
-        while that loop runs (llmsim.render.stepcodegen gives each run of a loop a new `_lm` memo).
+        of the object `name`, when given, which other writers may call.
         `once`: the value is written once per render (a template's `body`), so nothing of it
         is memoised (a memo costs a look-up and a store per entry, and saves nothing)."""
-        outer = self._loop_fixed, self._memo, self._in_object
-        self._loop_fixed, self._memo = frozenset(loop_fixed), not once
+        outer = self._memo, self._in_object
+        self._memo = not once
         self._in_object = name is not None
         try:
             if once and not static(node):       # built as one value, serialised once
@@ -225,7 +196,7 @@ class JsonCodegen:
             else:
                 gen, names = self._scoped(node, where)
         finally:
-            self._loop_fixed, self._memo, self._in_object = outer
+            self._memo, self._in_object = outer
         if gen.const is not None:
             data = gen.const
             fast = lambda ctx: data         # noqa: E731
@@ -243,13 +214,13 @@ class JsonCodegen:
             try:
                 return fast(ctx)
             except Exception as exc:       # a template error, logged and raised (`failed`)
-                return failed(where, exc, fallback, ctx)
+                failed(where, exc, reference, ctx)
         write.fast = fast           # for generated code that catches the exception itself
         return write
 
-    def value_function(self, node: Any, where: str, fallback: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    def value_function(self, node: Any, where: str, reference: Callable[[dict], Any]) -> Callable[[dict], Any]:
         """`node`'s value (a step's time or test, a loop's items) by generated code, guarded
-        by `failed` (with `fallback`, the closure) when it raises."""
+        by `failed` (with `reference`, the closure) when it raises."""
         outer, self._names = self._names, set()
         try:
             code, names = self.value_code(node, where), self._names
@@ -261,7 +232,7 @@ class JsonCodegen:
             try:
                 return fast(ctx)
             except Exception as exc:
-                return failed(where, exc, fallback, ctx)
+                failed(where, exc, reference, ctx)
         value.fast = fast
         return value
 
@@ -311,9 +282,8 @@ class JsonCodegen:
         and a missing one is an Undefined made once (`_u_name`), not one per render."""
         name = f"_w{next(self._ids)}"
         lines = [f"def {name}(ctx):"]
-        for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO)):
-            if re.search(rf"\b{memo}\[", code):
-                lines.append(f"    {memo} = ctx[{key!r}]")
+        if re.search(r"\b_m\[", code):
+            lines.append("    _m = ctx['__memo']")
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
         for var in sorted(optional):
             self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
@@ -339,13 +309,12 @@ class JsonCodegen:
         `whole`: the code for the context where it is used whole (passed to an object's
         writer), if not `ctx` itself."""
         lines = []
-        for memo, key in (("_m", "__memo"), ("_lm", LOOP_MEMO)):
-            if re.search(rf"\b{memo}\[", code):
-                held = given.get(key)
-                if held is None:
-                    lines.append(f"{memo} = {ctx}[{key!r}]")
-                elif held != memo:
-                    lines.append(f"{memo} = {held}")
+        if re.search(r"\b_m\[", code):
+            held = given.get("__memo")
+            if held is None:
+                lines.append(f"_m = {ctx}['__memo']")
+            elif held != "_m":
+                lines.append(f"_m = {held}")
         for var in sorted(names):
             if var in given:
                 lines.append(f"_n_{var} = {given[var]}")
@@ -432,7 +401,7 @@ class JsonCodegen:
                     return local
                 return _const(literal_eval(local)) if local[0] == "b" else Gen(local)
         code = self.value_code(text, where)
-        if not self._may_omit(text):
+        if not self._may_omit(text) and code not in self.omittable_locals:
             echoed = echoed_with_default(code)
             if echoed is not None:          # its default's JSON a constant: no `given`, no dumps
                 got, default = echoed
@@ -454,8 +423,7 @@ class JsonCodegen:
         """A dict entry's code, and the memo that may keep it (None: computed every time). An
         entry that embeds no object (whose reads are not tracked) and reads only variables
         that no template rebinds (the ones a template is rendered with: plan, req, ...) has
-        one value per render (`_m`); one whose rebound variables are all `loop_fixed`, one
-        value per run of the event's loop (`_lm`)."""
+        one value per render (`_m`)."""
         reads: set[str] = set()
         self._reads.append(reads)
         try:
@@ -467,17 +435,16 @@ class JsonCodegen:
         if not self._memo or gen.omittable or "__opaque__" in reads or any(read[0] == LOCAL for read in reads):
             return gen, None
         rebound = reads & self.bound
-        return gen, "_m" if not rebound else "_lm" if rebound <= self._loop_fixed else None
+        return gen, "_m" if not rebound else None
 
     def _memoised(self, entries: list) -> list:
         """Runs of memoisable entries -> one entry each whose code is looked up in a memo: the
-        render's (`ctx['__memo']`, one dict per `Template.events` / `body_json` call), or,
-        when one entry of the run needs it, the loop's (`ctx['__loop_memo']`)."""
+        render's (`ctx['__memo']`, one dict per `Template.events` / `body_json` call)."""
         out, run = [], []
 
         def close_run():
             if any(g.const is None for _, g, _ in run):
-                key, memo = next(self._memo_ids), "_lm" if any(m == "_lm" for _, _, m in run) else "_m"
+                key, memo = next(self._memo_ids), "_m"
                 parts: list = []
                 for i, (prefix, g, _) in enumerate(run):
                     parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g]
@@ -705,7 +672,91 @@ class JsonCodegen:
                     continue
             binds.append(f"({local} := {self.value_code(node, at)})")
             subst[var] = (local, False)
+            if self._may_omit(str(node)):       # (`$with: {n: "{{ omit }}"}`: no entry)
+                self.omittable_locals.add(local)
         return binds, subst
+
+    # -- what llmsim.render.jsonvaluegen builds on (its public interface to this compiler) ---
+    def new_local(self, prefix: str = "_v") -> str:
+        """A name no other generated code uses."""
+        return f"{prefix}{next(self._ids)}"
+
+    def binding(self, var: str) -> tuple[Any, bool] | None:
+        """How the code being generated holds `var` (a local, and whether it holds its JSON), if it does."""
+        return self._subst.get(var)
+
+    def read(self, var: str) -> None:
+        """The code being generated reads `var` (what an object called by value must be given)."""
+        self._var(var)
+
+    def known(self) -> set[str]:
+        """The variables the code being generated holds or reads already."""
+        return {*self._subst, *self._names}
+
+    def free_names(self, node: Any) -> set[str] | None:
+        """The variables `node` reads (None: not known, it reads the context whole)."""
+        return free_names(node, self.raw_objects, self._reads_of)
+
+    def inlinable(self, name: Any) -> bool:
+        """Whether the object `name` (fixed, known, not being inlined) may be inlined."""
+        return isinstance(name, str) and "{{" not in name and name in self.raw_objects \
+            and name not in self._inlining
+
+    def may_omit(self, text: str) -> bool:
+        return self._may_omit(text)
+
+    @contextmanager
+    def holding(self, var: str, local: str):
+        """While the code being generated holds `var` in `local` (a loop's item)."""
+        outer, self._subst = self._subst, {**self._subst, var: (local, False)}
+        try:
+            yield
+        finally:
+            self._subst = outer
+
+    def sealed(self, generate: Callable[[], Any]) -> Any:
+        """`generate()`, if nothing it generated reads the context as a whole (a closure, an
+        object named by expression: those would miss the variables held in locals); else
+        None, what it read forgotten."""
+        reads: set[str] = set()
+        names = set(self._names)
+        self._reads.append(reads)
+        try:
+            value = generate()
+        finally:
+            self._reads.pop()
+        if "__opaque__" in reads:
+            self._names.intersection_update(names)
+            return None
+        for outer in self._reads:
+            outer |= reads
+        return value
+
+    def held_json(self, node: Any, where: str) -> Gen:
+        """`node`'s JSON as this module writes it, for code holding variables in locals: in
+        place when none is held, else a call of a function of its own given a context that
+        holds them."""
+        bindings, reads = self._subst, self._reads
+        self._reads = []              # what it reads of the context, the call passes
+        try:
+            if not bindings:
+                return self.gen(node, where)
+            outer_names, self._names, self._subst = self._names, set(), {}
+            try:
+                gen = self.gen(node, where)
+                names = self._names
+            finally:
+                self._names, self._subst = outer_names, bindings
+        finally:
+            self._reads = reads
+        if gen.const is not None:
+            return gen
+        function = self._callable(self._define(gen.code, names))
+        held = ", ".join(f"{var!r}: {f'_F({local})' if is_json else local}"
+                         for var, (local, is_json) in bindings.items())
+        for var in bindings:
+            self._var(var)
+        return gen._replace(code=f"{function}({{**ctx, {held}}})")
 
     @contextmanager
     def inlining(self, name: str, subst: dict):

@@ -1,23 +1,12 @@
 """A value written once per render (a template's `body`), generated as one Python value that
 one `orjson.dumps` serialises.
 
-llmsim.render.jsoncodegen writes a value as joined JSON pieces, one `orjson.dumps` per expression,
-which pays off where pieces are memoised and rendered again (a stream's events). A body is
-rendered once: there building the value as dict and list displays and serialising it once
-is faster. Kept beside jsoncodegen because bench/instructions.py shows it saves more than 3%
-of W1's and W2's instructions; history in bench/RESULTS.md. So
-
-    {id: "{{ plan.id }}", object: chat.completion, usage: {$object: chat_usage}}
-
-becomes (roughly) `_d({'id': _n_plan.id, 'object': 'chat.completion', 'usage': {...}})`.
-Constant sub-trees are orjson Fragments made at start-up; an object named in place is
-inlined, its `$with` values in locals; a loop is a list comprehension; an entry that may be
-omitted is left out of its display (`**({...} if ... else {})`); a request field echoed with
-a literal default writes the default without calling `given`. What this does not generate
-(an object named by an expression, a jinja statement) is llmsim.render.jsoncodegen's JSON, embedded
-as a Fragment and, where this code holds variables in locals, written by a function called
-with a context holding them. The writer keeps jsoncodegen's guard: when the code raises, the
-closure writer names the template error (llmsim.render.jsoncodegen `failed`).
+Kept beside llmsim.render.jsoncodegen (joined JSON pieces, which pay off where pieces are
+memoised and rendered again: a stream's events) because it saves more than 3% of W1's and
+W2's instructions (docs/performance.md). Invariant: the same bytes as the closure writer of
+llmsim.render.jsonwriter (the differential test checks it); what it does not generate is
+jsoncodegen's JSON, embedded as a Fragment. Errors go through jsoncodegen's `failed`.
+The story: docs/internals.md#renderjsonvaluegen.
 """
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmsim.render.jsonbytes import dumps
-from llmsim.render.template_syntax import LOOP, free_names, node_kind
+from llmsim.render.template_syntax import LOOP, node_kind
 
 _SCALARS = (str, int, bool, type(None))
 
@@ -41,7 +30,8 @@ class Value(NamedTuple):
 
 class ValueCodegen:
     """The value-building side of a `JsonCodegen` (`cg`), whose expressions, inlining state
-    and namespace it shares."""
+    and namespace it shares through `cg`'s public methods (`new_local`, `binding`, `holding`,
+    `sealed`, `held_json`, `value_code`, ...), never its privates."""
 
     def __init__(self, cg):
         self.cg = cg
@@ -80,69 +70,32 @@ class ValueCodegen:
         if found is None:
             return None
         dotted, picks = found
-        extra, known = node.get("$with") or {}, {*cg._subst, *cg._names}
+        extra, known = node.get("$with") or {}, cg.known()
         kept = {}
         for part, obj in picks.items():
-            free = free_names({"$object": obj, "$with": extra}, cg.raw_objects, cg._reads_of)
+            free = cg.free_names({"$object": obj, "$with": extra})
             if self._inlinable(obj) and free is not None and free <= known:
                 kept[part] = obj
         return (dotted, kept) if kept else None
 
     def _inlinable(self, name: Any) -> bool:
-        cg = self.cg
-        return isinstance(name, str) and "{{" not in name and name in cg.raw_objects \
-            and name not in cg._inlining
+        return self.cg.inlinable(name)
 
     def _sealed(self, node: Any, where: str, generate) -> Value:
         """`node` generated here, if nothing in it reads the context as a whole (a closure,
         an object named by expression): that would miss the variables this code holds in
         locals (a loop's, `$with` ones). Otherwise llmsim.render.jsoncodegen's code for it, called
         with a context that holds them (`_called`)."""
-        cg = self.cg
-        reads: set[str] = set()
-        names = set(cg._names)
-        cg._reads.append(reads)
-        try:
-            value = generate(node, where)
-        finally:
-            cg._reads.pop()
-        if "__opaque__" in reads:
-            cg._names.intersection_update(names)    # what the discarded code read
-            return self._called(node, where)
-        for outer in cg._reads:
-            outer |= reads
-        return value
+        value = self.cg.sealed(lambda: generate(node, where))
+        return self._called(node, where) if value is None else value
 
     def _called(self, node: Any, where: str) -> Value:
-        """llmsim.render.jsoncodegen's JSON for `node`, as a Fragment in the value: in place when no
-        variable is held in a local here, else in a function of its own called with a
-        context that holds them."""
-        cg = self.cg
-        bindings, reads = cg._subst, cg._reads
-        cg._reads = []              # what it reads of the context, the call passes
-        try:
-            if not bindings:
-                return self._embedded(cg.gen(node, where))
-            outer_names, cg._names, cg._subst = cg._names, set(), {}
-            try:
-                gen = cg.gen(node, where)
-                names = cg._names
-            finally:
-                cg._names, cg._subst = outer_names, bindings
-        finally:
-            cg._reads = reads
-        if gen.const is not None:
-            return Value(self._fragment(gen.const))
-        function = cg._callable(cg._define(gen.code, names))
-        held = ", ".join(f"{var!r}: {f'_F({local})' if is_json else local}"
-                         for var, (local, is_json) in bindings.items())
-        for var in bindings:
-            cg._var(var)
-        return self._embedded(gen._replace(code=f"{function}({{**ctx, {held}}})"))
+        """llmsim.render.jsoncodegen's JSON for `node`, as a Fragment in the value (`held_json`)."""
+        return self._embedded(self.cg.held_json(node, where))
 
     # -- pieces -----------------------------------------------------------------------------
     def _local(self) -> str:
-        return f"_v{next(self.cg._ids)}"
+        return self.cg.new_local()
 
     def _constant(self, value: Any) -> str:
         """A literal for a scalar; for anything else (and floats, which may not be finite),
@@ -152,7 +105,7 @@ class ValueCodegen:
         return self._fragment(dumps(value))
 
     def _fragment(self, data: bytes) -> str:
-        name = f"_k{next(self.cg._ids)}"
+        name = self.cg.new_local("_k")
         self.cg.namespace[name] = orjson.Fragment(data)
         return name
 
@@ -168,13 +121,14 @@ class ValueCodegen:
     def _leaf(self, text: str, where: str) -> Value:
         cg = self.cg
         whole = text.replace(" ", "")
-        if whole.startswith("{{") and whole.endswith("}}") and whole[2:-2] in cg._subst:
-            local, is_json = cg._subst[whole[2:-2]]
+        held = cg.binding(whole[2:-2]) if whole.startswith("{{") and whole.endswith("}}") else None
+        if held is not None:
+            local, is_json = held
             if is_json:                             # a `$with` value, already JSON
-                cg._var(whole[2:-2])
+                cg.read(whole[2:-2])
                 return Value(self._fragment(ast.literal_eval(local)) if local[0] == "b" else f"_F({local})")
         code = cg.value_code(text, where)
-        if cg._may_omit(text):
+        if cg.may_omit(text) or code in cg.omittable_locals:
             return Value(code, True)
         echoed = echoed_with_default(code)
         if echoed is not None:              # usually absent: the default without `given`
@@ -213,12 +167,9 @@ class ValueCodegen:
         var, _ = cg.compiler.loop(node["$for"], f"{where}.$for")      # checks the spelling
         source = cg.value_code("{{" + LOOP.match(node["$for"]).group(2) + "}}", f"{where}.$for")
         item = self._local()
-        outer, cg._subst = cg._subst, {**cg._subst, var: (item, False)}
-        try:
+        with cg.holding(var, item):
             body = self.gen(node.get("$do"), f"{where}.$do")
             key = cg.value_code(node["$key"], f"{where}.$key") if "$key" in node else None
-        finally:
-            cg._subst = outer
         # an empty list (most requests' tools) is written without running a comprehension
         held = self._local()
         if key is not None:     # a mapping: a dict display (no key rendered for an omitted value)

@@ -1,22 +1,11 @@
 """The template expression language: its lookup rule, and simple expressions run as Python.
 
-One lookup rule holds for every expression, wherever it runs (jinja, the closures of
-`templates.Compiler`, generated code):
-
-* `a.b`: if `a` is a dict (a JSON object), its key `b`; `a.get` is the dict's `get` method
-  (read a key named "get" as `a['get']`); a dict's other methods are never reached. For
-  anything else, the attribute `b`.
-* `a[k]`: the item `k` (a dict's key, a list's index, a slice).
-* A key, attribute or item that is not there is jinja's strict Undefined: fine to pass to
-  `given(...)` or a test (`is defined`, `is none`, `is string`), an error to use in any
-  other way (write out, compare, compute with, look up in, iterate).
-
-`Environment` is jinja with that rule (`lookup_attr`, `lookup_item`). jinja2 builds a fresh
-context for every evaluation of a compiled expression, so most expressions, those
-made of the part of jinja's syntax that Python shares (names, attributes, subscripts, calls,
-literals, comparisons, `and`/`or`/`not`, `x if c else y`, tests with a Python twin), are
-translated once into Python with the same rule. Anything else (filters, `~`, `**`, whose
-precedence differs, other tests) returns None and the caller keeps using jinja.
+One lookup rule for every expression wherever it runs (jinja, the closures, generated code):
+`a.b` is a dict's key `b` (`a.get` its `get` method), else the attribute; `a[k]` the item; a
+missing one is jinja's strict Undefined, fine for `given(...)` and tests, an error used any
+other way. Expressions made of the syntax Python shares are translated once into Python with
+that rule; anything else (filters, `~`, `**`, other tests) stays jinja's.
+The story: docs/internals.md#renderpyexpr.
 """
 from __future__ import annotations
 

@@ -1,45 +1,12 @@
 """A template's stream steps compiled to generator functions: one yields `Event`s, one each
-event's SSE frame with its due time, and one `MarkedEvent`s: each with the `Role` its step
-declares (`delta`, `terminal`, `snapshot`), for what reads a stream's meaning (fault cuts,
-background responses); the other two spend nothing on roles.
+event's SSE frame with its due time, one `MarkedEvent`s (with the `Role` its step declares).
 
-Steps nest: a Responses stream loops over output items, picks the steps for the item's kind,
-and loops over the item's tokens to emit one delta each. Run as nested generators, every
-event would climb back through each level and copy the loop variables into a new dict. As
-one generated function they are plain Python loops, e.g. (roughly)
-
-    def _s0(ctx, clock):
-        _at, _seq = clock
-        ctx['seq'] = _seq
-        _seq += 1
-        yield Event('response.created', None, _at, False, _c0(ctx))
-        _x1 = {**ctx}
-        for _x1_item in _c1(ctx):
-            if _c2(_fill(_x1, ('item',), (_x1_item,))):
-                ...
-
-A loop's variables live in locals, and in one dict per loop, made when the loop starts. A
-loop whose steps test or loop stores each item's variables in that dict at once; in any
-other, the dict gets them only where something reads it whole (a guarded function, an object named
-by value; `_fill`), so a chat chunk's loop does not store its six variables for every event.
-Every value an event needs (its JSON, its time) is computed before the event
-is yielded, so nothing keeps a context past its event. That dict also holds the loop's own
-memo (`__loop_memo`, new each time the loop starts), where an event's writer keeps the JSON
-of what it reads of outer loops (llmsim.render.jsoncodegen: `loop_fixed`). The expressions, tests and JSON
-writers called are the ones `templates.Compiler` checked and compiled (generated code backed
-by closures); an event's JSON is the writer's generated code written in place (no call; its
-variables read from the step's context, `seq` from the counter) and its time calls the
-generated code straight, each in a `try` whose `except` calls the guarded function: the
-same value where the code in place raised for a missing variable (which the function reads
-as Undefined), else the template error, logged with its path (llmsim.render.jsoncodegen `failed`). A loop may unpack each item into several names
-(`for: "piece, at in item.timed_pieces"`), so a token needs no object of its own. A time
-that is a plain `{{ dotted.name }}` (each token's `at`) is read in place, and an event's five
-slots are set in place too: two Python calls fewer for every event. The SSE function, what
-`transport.Paced` sends, makes no `Event` at all: each step yields
-`(_at, head + _json + b"\n\n")` with its head (`event: name\ndata: `) a constant, and the
-pacer and the chunk writer only join bytes. It is kept beside the `Event` function because
-bench/instructions.py shows it saves more than 3% of W3's and W4's instructions; history in
-bench/RESULTS.md.
+Nested steps become plain Python loops in one function; a loop's variables live in locals
+and in one dict per loop, filled only where something reads it whole. Invariants: every value
+an event needs is computed before it is yielded (no context outlives its event); the
+expressions and writers called are those `templates.Compiler` checked; a template error is
+logged with its path (llmsim.render.jsoncodegen `failed`). The SSE function is kept because it
+saves more than 3% of W3's and W4's instructions. The story: docs/internals.md#renderstepcodegen.
 """
 from __future__ import annotations
 
@@ -47,7 +14,6 @@ import itertools
 from typing import Any, Callable, Iterator
 
 from llmsim.render import sse
-from llmsim.render.jsoncodegen import LOOP_MEMO
 from llmsim.render.template_syntax import LOOP
 
 
@@ -200,14 +166,14 @@ class StepCodegen:
         if "for" in step:
             names, closure = compiler.loop(step["for"], f"{where}.for", unpacks=True)  # checks the spelling
             source = compiler.codegen.value_function("{{" + LOOP.match(step["for"]).group(2) + "}}",
-                                                     f"{where}.for", fallback=closure)
+                                                     f"{where}.for", reference=closure)
             inner, index = f"_x{next(self._ids)}", step.get("index")
             # each item is unpacked into locals (`_x1_name`), which the loop's events read, and
             # into the loop's context, which what is not written in place reads: at once when
             # the loop's steps test or loop, else only where the context is read whole (`_fill`)
             bound = {name: f"{inner}_{name}" for name in (*names, *([index] if index else []))}
             whole = self._whole(ctx)
-            lines += [f"{pad}{inner}_lm = {{}}", f"{pad}{inner} = {{**{whole}, {LOOP_MEMO!r}: {inner}_lm}}"]
+            lines.append(f"{pad}{inner} = {{**{whole}}}")
             target = ", ".join(bound[name] for name in names)
             if index:
                 lines.append(f"{pad}for {bound[index]}, ({target}) in enumerate({self._ref(source)}({whole})):")
@@ -219,7 +185,7 @@ class StepCodegen:
                 self._fills[inner] = (f"_fill({inner}, {tuple(bound)!r}, "
                                       f"({''.join(local + ', ' for local in bound.values())}))")
             self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines,
-                        (*loops, frozenset(bound)), {**held, **bound, LOOP_MEMO: f"{inner}_lm"})
+                        (*loops, frozenset(bound)), {**held, **bound})
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
@@ -238,9 +204,7 @@ class StepCodegen:
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
         lines.append(f"{pad}{ctx}['seq'] = _seq")
-        # what outer loops bound keeps its value while the innermost loop runs
-        fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
-        writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
+        writer = compiler.json_writer(step.get("data"), f"{where}.data")
         given, plain = {**held, "seq": "_seq"}, []
         self._call("_json", writer, ctx, pad, plain, given)
         framed = self._framed(writer, name, ctx, pad, given)
@@ -275,9 +239,9 @@ class StepCodegen:
         *statements, value = framed(sse.head(name), sse.END, ctx, held, whole)
         if fast is writer:      # unguarded (tests): it raises what the code raises
             return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
-        fallback = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"
+        on_error = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"  # raises, naming the error
         return [f"{pad}try:", *(f"{pad}    {line}" for line in statements), f"{pad}    _f = {value}",
-                f"{pad}except Exception:", f"{pad}    _f = {fallback}"]
+                f"{pad}except Exception:", f"{pad}    _f = {on_error}"]
 
     def _time(self, node: Any, where: str, ctx: str, pad: str, lines: list[str],
               held: dict[str, str]) -> None:

@@ -1,31 +1,12 @@
 """YAML event-sequence templates: loaded, checked and compiled once at start-up.
 
-A template file (`templates/<name>.yaml`) may hold:
-
-* ``objects``: named values other values embed with ``{$object: name, $with: {...}}``;
-* ``body``: the JSON body of a non-streaming answer;
-* ``stream``: the steps of an event stream.
-
-Values are YAML with jinja2 expressions. A string that is exactly ``"{{ expr }}"`` yields
-the expression's native value (number, list, None...); any other string with ``{{`` is a
-text template. Directives inside values: ``$object``/``$with`` (embed a named object,
-with extra variables), ``$for``/``$do`` (a list, one entry per item; with ``$key``, a
-mapping, one key per item), ``$if``/``$then``/``$else`` (a choice). A value that renders
-to ``omit`` drops its key (or list entry).
-
-Steps: ``{event: NAME, data: VALUE, at: EXPR}`` (``event`` names the SSE event line;
-``at`` is the due time in seconds after the request began; without it a step is due with
-the one before), ``{raw: TEXT}`` (a non-JSON data line such as ``[DONE]``),
-``{for: "x in EXPR", steps: [...]}`` and ``{if: EXPR, steps: [...], else: [...]}``.
-An event step also says what its events mean, for what reads a stream rather than sends
-it (`Template.marked`: fault cuts, stored and background responses): ``delta`` (true or
-an expression: the event carries one output token), ``terminal`` (the event ends the
-answer) and ``snapshot: KEY`` (its data holds the response object under KEY).
-
-Every compiled value is a plain closure ``f(ctx) -> value`` (simple dotted names skip jinja
-entirely), backing generated code that writes its JSON bytes (`jsoncodegen`); a stream's steps
-become one generated generator function (`stepcodegen`), so a streamed delta costs a few dict
-and attribute look-ups.
+A template file may hold `objects` (named values, embedded with `$object`/`$with`), `body`
+(a non-streaming answer) and `stream` (event steps: `event`/`data`/`at`, `raw`, `for`, `if`).
+Values are YAML with jinja2 expressions; `$for`, `$if`, `$object` are directives; a value
+that renders to `omit` drops its key. Invariants: every error is found at start-up
+(ConfigError naming file and path) where it can be; each value is a closure (the test
+oracle) and generated code (jsoncodegen, stepcodegen) that gives the same bytes.
+The template language: docs/templates.md; the story: docs/internals.md#rendertemplates.
 """
 from __future__ import annotations
 
@@ -141,15 +122,14 @@ class Compiler:
 
     def fast(self, node: Any, where: str) -> Node:
         """`node`'s value by generated code, backed by the closure."""
-        return self.codegen.value_function(node, where, fallback=self.value(node, where))
+        return self.codegen.value_function(node, where, reference=self.value(node, where))
 
     def json_writer(self, node: Any, where: str, name: str | None = None,
-                    loop_fixed: frozenset[str] = frozenset(), once: bool = False) -> Callable[[dict], bytes | None]:
-        """`node`'s JSON bytes writer: generated code, backed by the closure writer (the
-        object `name`'s, when given: other writers call or inline it); `loop_fixed` and
-        `once`: see `JsonCodegen.writer`."""
-        return self.codegen.writer(node, where, fallback=self.json.value(node, where), name=name,
-                                   loop_fixed=loop_fixed, once=once)
+                    once: bool = False) -> Callable[[dict], bytes | None]:
+        """`node`'s JSON bytes writer: generated code, the closure writer naming its errors (the
+        object `name`'s, when given: other writers call or inline it); `once`: see
+        `JsonCodegen.writer`."""
+        return self.codegen.writer(node, where, reference=self.json.value(node, where), name=name, once=once)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()

@@ -1,27 +1,11 @@
 """An event loop that accepts waiting connections in batches (uvicorn's `loop` factory).
 
-libuv, under uvloop, accepts one connection per loop iteration (libuv/libuv#3696): of 100
-streams opened together, the last waits for 99 iterations of a loop that meanwhile reads and
-handles the requests of those accepted before it, so under a burst connections are still
-being accepted well after the client wrote every request, and those requests' simulated
-time starts that late (their time to first token with it).
-
-`AcceptingLoop` is uvloop's loop whose `create_server(sock=...)` watches the listening
-socket itself and, each time it is readable, accepts a batch before handing every
-connection to uvloop's transports. A process alone on its socket (one worker, or
-`--reuse-port`) takes every connection waiting; processes sharing one socket each take
-half of those waiting (the kernel reports the queue's length), so a burst is split between
-workers instead of landing whole on the first to wake, and is still accepted within a few
-iterations. Other
-servers (host/port, TLS, Unix sockets) are uvloop's own; `llmsim serve` always passes a
-socket. Without uvloop, asyncio's own loop accepts in batches of its own.
-
-The loop factory also makes room for connections in its process: the soft limit on open
-files is raised to the hard one, and the descriptor table is sized once for
-`DESCRIPTOR_TABLE` descriptors. The kernel grows a process's table by doubling it, and in a
-process with more than one thread (uvicorn's workers have two) each growth waits for an
-RCU grace period, which stalls accept() during the first burst after start-up. (What these
-cost when measured: bench/RESULTS.md, "Figures behind docs/performance.md".)
+libuv accepts one connection per loop iteration, so under a burst connections were accepted
+well after their requests were written (their simulated time starting that late).
+`AcceptingLoop` (uvloop) watches the listening socket itself and accepts a batch each time it
+is readable: all waiting when alone on the socket, half when workers share it. The factory
+also raises the open-file limit and sizes the descriptor table once.
+The story and figures: docs/internals.md#serveraccepting, bench/RESULTS.md.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """`--pin-workers` (the default): with as many `--workers` as CPUs, each worker on its own.
 
-A paced stream's events fall due on the same millisecond ticks as every other stream's, so
-at each tick every worker wakes with a burst of writes, and so does a load generator on the
-same machine. Left to the scheduler, two workers sometimes queue on one CPU for a whole
-tick while a third process runs on the other, and every event of that tick leaves late.
-Pinned, W5 of bench/perf.py (1,000 paced streams, two workers) is less late; the runs are in
-bench/RESULTS.md ("Pinned workers").
-
-Each worker claims the first CPU it may run on that no other worker of its server holds,
-and pins its event loop's thread (and the threads it starts later) there. A claim is an
-abstract Unix socket named after the server (the workers' parent process) and the CPU,
-bound for the life of the worker: the kernel frees it when the process dies, so a
-restarted worker finds its CPU free, and nothing is left on disk. Nothing is pinned unless
-the workers fill the CPUs the server may use: with fewer workers (the scheduler has room,
-and on a shared host the first CPUs may be someone else's busy ones), with more, with one,
-or where Linux's affinity calls or abstract sockets are missing.
+Paced streams fall due on the same ticks in every worker; pinned, none queues behind another
+on one CPU (W5 of bench/perf.py is less late; bench/RESULTS.md). Each worker claims the first
+CPU no other worker of its server holds with an abstract Unix socket (freed by the kernel
+when the process dies). Nothing is pinned unless the workers fill the CPUs exactly, or where
+Linux's affinity calls or abstract sockets are missing.
+The story: docs/internals.md#serveraffinity.
 """
 from __future__ import annotations
 

@@ -1,24 +1,10 @@
 """When CPython's cyclic garbage collector may pause a serving process.
 
-Start-up (modules, spec, schemas, templates: tens of thousands of objects) lives as long as
-the process, so it is frozen: no collection walks it again.
-
-Requests leave no cyclic garbage (refcounting frees it all), yet CPython's default policy
-walks them:
-- a young collection each time 700 more container objects are alive than at the last one.
-  One Responses request holds hundreds at once, so under load young collections run every
-  few milliseconds and take a noticeable share of the CPU. Here a young collection waits for
-  `YOUNG` (10,000) and is rare and short;
-- a middle collection every 10 young ones, walking every survivor: with many streams open, a
-  pause in which no stream of the process writes. None starts on its own here;
-- a full collection when survivors grow by a quarter: a longer pause still. None starts on
-  its own here either.
-
-What young collections leave waits for a full collection, which runs when the process
-goes quiet (its last request in flight ended, and a young collection ran since the last
-one), at most once per `quiet_gap`; under load that never goes quiet, once per `max_wait`.
-What each collection cost when measured (`gc.callbacks`, W2/W4/W5 of bench/perf.py) is in
-bench/RESULTS.md ("Figures behind docs/performance.md").
+Start-up objects are frozen; requests leave no cyclic garbage, so young collections wait for
+`YOUNG` allocations, and middle and full collections never start on their own: a full one
+runs when the process goes quiet (at most once per `quiet_gap`; under constant load once per
+`max_wait`). Installed from above (llmsim.api.front gives it to the observer) on the tuned
+server only. The story and figures: docs/internals.md#servercollector, bench/RESULTS.md.
 """
 from __future__ import annotations
 

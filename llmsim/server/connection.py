@@ -13,6 +13,7 @@ import http
 from typing import Callable
 
 PROTOCOL = "llmsim.protocol"    # scope["extensions"] key: (a weak reference to) the connection
+HOOKS = "llmsim.connection"     # scope["extensions"] key: `Hooks` (llmsim.pacing.transport's CONNECTION)
 
 
 def _serving(scope):
@@ -79,14 +80,14 @@ def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
     nothing (None: a chunked body follows, through `send` or `chunk_writer`). Returns False,
     writing nothing, when the ASGI `send` must do it: the response started, the client left
     or reads slowly. None when the request did not come through llmsim.server.corking's protocol."""
-    _, cycle = _serving(scope)
+    protocol, cycle = _serving(scope)
     if cycle is None:
         return None
 
     def respond(status: int, headers: list, body: bytes | None) -> bool:
         if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
             return False
-        head = [_status_line(status), _server_lines(cycle.default_headers)]
+        head = [_status_line(status), _server_lines(protocol, cycle.default_headers)]
         if headers:     # "name: value" lines joined in C, cheaper than formatting each
             head += (_lines(map(_line, headers)), b"\r\n")
         keep_alive = cycle.keep_alive
@@ -112,17 +113,15 @@ def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
 
 
 _line, _lines = b": ".join, b"\r\n".join
-_server_headers: tuple[list, bytes] = ([], b"")
 
 
-def _server_lines(headers: list) -> bytes:
-    """The server's own header lines (`date`, `server`): joined once per list (uvicorn makes
-    a new one when the date changes, once a second)."""
-    global _server_headers
-    known, lines = _server_headers
+def _server_lines(protocol, headers: list) -> bytes:
+    """The server's own header lines (`date`, `server`): joined once per list and connection
+    (uvicorn makes a new list when the date changes, once a second)."""
+    known, lines = protocol.server_lines
     if headers is not known:
         lines = b"".join([b"%s: %s\r\n" % pair for pair in headers])
-        _server_headers = (headers, lines)
+        protocol.server_lines = (headers, lines)
     return lines
 
 
@@ -138,3 +137,13 @@ def _status_line(status: int) -> bytes:
             phrase = b""
         line = _STATUS_LINES[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
     return line
+
+
+class Hooks:
+    """What llmsim.pacing.transport may use of a connection (its `ConnectionHooks`), installed
+    by the protocol in each request's scope: pacing never imports the server."""
+    chunk_writer = staticmethod(chunk_writer)
+    watch_disconnect = staticmethod(watch_disconnect)
+
+
+HOOKED = Hooks()

@@ -21,7 +21,7 @@ from typing import Callable
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from llmsim.server.connection import PROTOCOL
+from llmsim.server.connection import HOOKED, HOOKS, PROTOCOL
 from llmsim.server.context import RECEIVED_AT
 from llmsim.server.deadlines import HeadTimer
 from llmsim.server.requestcycle import METHODS, Cycle, request_target
@@ -128,6 +128,7 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
         self.on_lost: Callable[[], None] | None = None     # see llmsim.server.connection.watch_disconnect
+        self.server_lines: tuple[list, bytes] = ([], b"")    # see llmsim.server.connection.responder
         self.starter = for_loop(Starter, self.loop)
         self.eager = getattr(self.app, "eager", None)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -147,7 +148,7 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
             "http_version": "1.1", "server": self.server, "client": self.client,
             "scheme": self.scheme, "root_path": self.root_path, "headers": self.headers,
             "state": self.app_state.copy(),
-            "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref}}
+            "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref, HOOKS: HOOKED}}
 
     def on_headers_complete(self) -> None:
         if self.head_timer is not None:     # the connection's first head (llmsim.server.deadlines)

@@ -39,3 +39,23 @@ class WorkerSocket(socket.socket):
 def worker_socket(host: str, port: int) -> WorkerSocket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return bind_reuse_port(family, (host, port), WorkerSocket)
+
+
+def run_workers(config, reuse_port: bool) -> None:
+    """uvicorn's process manager (`Multiprocess`, given the sockets: not its documented API,
+    hence here) for `--workers` of the tuned server. By default the workers share one listening
+    socket, and each takes half of the connections waiting when it wakes
+    (llmsim.server.accepting). With `reuse_port` (the default), each worker listens on its own
+    SO_REUSEPORT socket, the kernel spreads connections over them and each worker accepts all
+    of its own at once: best for bursts of streams in bench/perf.py, and as good for wrk."""
+    from uvicorn.supervisors import Multiprocess
+    if reuse_port and reuse_port_supported():
+        sock = worker_socket(config.host, config.port)
+    else:
+        sock = config.bind_socket()
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()

@@ -1,25 +1,11 @@
 """How `llmsim serve`'s protocol (llmsim.server.corking) starts the requests it reads.
 
-uvicorn starts each request as an asyncio task the moment its headers are read. llmsim
-starts them in batches instead, with the same timing as a task that first waits one loop step:
-
-* **After the next read of sockets.** The loop reads sockets only between steps, and a step
-  runs every request read before it: of a burst written within a millisecond, the requests
-  the first read found would all be handled before the rest were read, and those requests'
-  simulated time would start that late. Starting a step later, every request already
-  arrived is read, and stamped (`received_at`), before any is handled.
-* **At once, until the request first waits.** Many requests never wait (a JSON answer or
-  a whole stream under `--profile instant` is written before its handler returns), and for
-  them a task, and the loop steps that run it, are pure cost; a batch's two callbacks are
-  shared by all its requests. Kept because bench/instructions.py shows the eager start saves
-  more than 3% of W1's and W2's instructions (figures in bench/RESULTS.md). A request that
-  does wait (a paced stream, a slow client's body) goes on in a task from where it
-  stopped, in the same `contextvars` context, as Python 3.12's eager tasks do. Until then
-  `asyncio.current_task()` is None, so only requests the app says can run so
-  (`app.eager(scope)`: llmsim.api.front's own JSON operations, unless the store needs a task) do.
-
-One `Starter` per event loop (llmsim.server.corking.for_loop): two callbacks per batch, not a task
-per request.
+Requests start in batches after the loop's next read of sockets (a burst is read, and
+stamped, before any is handled), and each runs at once until it first waits, then goes on
+in a task from where it stopped, in the same `contextvars` context (as Python 3.12's eager
+tasks). Only requests the app says may run so (`app.eager(scope)`) do. Kept because the eager
+start saves more than 3% of W1's and W2's instructions (docs/performance.md). One `Starter`
+per event loop. The story: docs/internals.md#serverstarting.
 """
 from __future__ import annotations
 

@@ -1,28 +1,11 @@
 """Background responses: the simulation runs as a server-side task, not tied to a connection.
 
-`Jobs.start` stores the response as `queued` (its `response.created` event) and returns at
-once; the task then renders the rest of the event stream on the plan's schedule and appends
-each batch of due events to the store, the snapshot following every lifecycle event
-(`in_progress`, then `completed`). Each append is conditional on the response still being
-active, so a cancel from any process (which appends the final event itself) stops the run.
-
-Readers: `follow` streams a response's events after a sequence number, from this process's
-job when it runs here (no polling: woken by each batch), otherwise from the store (polled).
-
-A server that stops (SIGKILL, a crash, a restart) leaves its background responses queued or
-in progress in a persistent store. They are not resumed: the rest of their events would come
-from a plan made again by a server that may run other settings, profile, templates or seed,
-so the stream a client already read part of could not honestly go on. Instead they are marked
-`failed` (the store template `orphaned_response`: `server_error`, "the simulator restarted")
-by whichever process sharing the store sweeps first, on every backend but memory (private to
-its process, gone with it). So that no process fails another's live run (several hosts on one
-Redis, several servers on one file), each stored background response names its `owner`
-(`owner_id()`: machine, pid namespace, pid and start time of the process running it), and each
-process renews a lease every `background_lease_s / 3` seconds (`Jobs.serving`). A sweep fails
-a response only when its owner is gone: on this machine, when its process no longer exists
-(`alive_here`: a restart on the same machine needs no wait); on another, when its lease ran
-out (`background_lease_s`). Every process sweeps when it starts and at each renewal: it reads
-the store's index of active responses, then those responses. (docs/durability.md)
+`Jobs.start` stores the response `queued` and returns; its task appends each batch of due
+events to the store. Invariants: every append is conditional on the response still being
+active, so a cancel from any process stops the run; a response a stopped server left running
+is never resumed, only marked `failed` (`orphaned_response`), and only once its owner (machine,
+pid, start time) is gone here or its lease ran out (`Leases`, a store capability).
+The story: docs/internals.md#statebackground, docs/durability.md.
 """
 from __future__ import annotations
 
@@ -70,17 +53,11 @@ def _machine() -> str:
     return f"{socket.gethostname()}|{_proc('/proc/sys/kernel/random/boot_id')}|{namespace}"
 
 
-_OWNER: tuple[int, str] | None = None
-
-
 def owner_id() -> str:
     """This process, as the owner of the background responses it runs: its machine, pid and
     start time (a later process with the same pid is another owner)."""
-    global _OWNER
     pid = os.getpid()
-    if _OWNER is None or _OWNER[0] != pid:
-        _OWNER = (pid, f"{_machine()}|{pid}|{_start_time(pid)}")
-    return _OWNER[1]
+    return f"{_machine()}|{pid}|{_start_time(pid)}"
 
 
 def alive_here(owner: str) -> bool | None:
@@ -161,11 +138,20 @@ class Jobs:
         self.running: dict[str, Job] = {}
         self.lease_s = sim.settings.background_lease_s
         self._leasing: asyncio.Task | None = None
+        self._owner: tuple[int, str] | None = None
+
+    @property
+    def owner(self) -> str:
+        """`owner_id()`, read once per process (a forked worker is another)."""
+        pid = os.getpid()
+        if self._owner is None or self._owner[0] != pid:
+            self._owner = (pid, owner_id())
+        return self._owner[1]
 
     def serving(self) -> None:
         """The server started: keep this process's lease and sweep others' orphans, when the
         store is shared (it can keep leases)."""
-        if hasattr(self.state.store, "renew_lease") and self._leasing is None:
+        if self.state.store.capabilities.leases is not None and self._leasing is None:
             self._leasing = asyncio.create_task(self._lease())
 
     async def stopped(self) -> None:
@@ -182,10 +168,10 @@ class Jobs:
     async def _lease(self) -> None:
         """Renew this process's lease every lease_s / 3 seconds, then fail the background
         responses whose owner is gone (a store out of reach: next time)."""
-        store, owner = self.state.store, owner_id()
+        leases, owner = self.state.store.capabilities.leases, self.owner
         while True:
             try:
-                await store.renew_lease(owner, self.lease_s)
+                await leases.renew_lease(owner, self.lease_s)
                 await self.state.fail_orphans()
             except Exception as exc:    # noqa: BLE001 - e.g. Redis away: 503s say so already
                 log.warning("background responses: could not renew the lease or sweep: %s", exc)
@@ -199,7 +185,7 @@ class Jobs:
             first = next(events)   # (responses.yaml: response.created, status queued)
             snapshot = latest_response([first])
             frame = sse.frame(first)
-            await self.state.save(body, prior, own, snapshot, [frame], owner=owner_id())
+            await self.state.save(body, prior, own, snapshot, [frame], owner=self.owner)
         except BaseException:
             if admission is not None:
                 admission.abandon()

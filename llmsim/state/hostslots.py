@@ -1,21 +1,10 @@
 """The serving model's slots and queues shared by the workers of one host (`--workers N`).
 
-One small JSON file in the workers' shared stats directory (where the rate limits' buckets
-live, llmsim.state.ratelimits.SharedFile), read and written under an exclusive `fcntl` lock.
-Per model it holds the pids holding a slot (`run`), the queue in order (`queue`: [number,
-pid] pairs) and the next number to give out (`next`):
-
-- a request takes a slot at once when one is free and nobody waits; else it joins the end of
-  the queue (or, beyond `max_queue` waiting, gets 429 at capacity);
-- a waiter looks at the file every few ms until it is first in the queue and a slot is free,
-  then moves itself from the queue to the slots;
-- a slot is given back when its answer ends, is cancelled or its client goes away; a waiter
-  that goes away leaves the queue;
-- slots and places of processes that died (a crashed worker) are taken back by the next
-  process that finds no slot free, at most once a second.
-
-`HostSlots` has the interface of llmsim.state.serving.Slots; its `running` and `waiting` are
-this process's. The stats report the host's, read from the file (`SlotFile.counts`).
+One small JSON file in the workers' stats directory, changed under an exclusive `fcntl` lock:
+per model the pids holding a slot, the queue in order and the next number. Invariants: a slot
+is taken only when free and nobody waits (FIFO); beyond `max_queue` waiting, 429; the places
+of dead processes are taken back. `HostSlots` has the interface of
+llmsim.state.serving.Slots. The story: docs/internals.md#statehostslots.
 """
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
-"""Runtime control: the live settings (GET /llmsim/config) and their changes (PATCH /llmsim/config).
+"""Runtime control: the live settings (GET /llmsim/config) and their changes (PATCH).
 
-A change is a flat mapping of setting names, as in the config file (`{"ttft_ms": 400}`). Only
-the settings `llmsim/schemas/config.yaml` marks `patchable: true` may change; a change is
-checked against that schema, with the config file's messages, and then by the simulator
-(`vet`: a profile that exists, fault kinds that do), before anything changes. It applies to
-the requests that start afterwards:
-* in this process at once;
-* in the other `--workers` processes at their next request: the changes so far are a JSON file
-  in the workers' shared stats directory, which each worker looks at (one `stat`) as a request
-  starts;
-* on every host sharing a Redis store within a second: the changes are a Redis hash with a
-  version number, which every process reads every `POLL_S` (the changing process also writes
-  what the hash then holds to its workers' file).
-Every process applies the changes over its own start-up settings; DELETE goes back to those.
+Only settings `llmsim/schemas/config.yaml` marks `patchable: true` change; a change is checked
+(schema, then the simulator's `vet`) before anything changes, and applies to requests that
+start afterwards: in this process at once, in the other workers at their next request (a
+file in the stats directory), on every host sharing a store with a `settings_channel` within
+`POLL_S`. Every process applies the changes over its own start-up settings.
+The story: docs/internals.md#stateliveconfig.
 """
 from __future__ import annotations
 
@@ -32,8 +25,6 @@ from llmsim.errors import ConfigError, InvalidRequestError
 log = logging.getLogger("llmsim")
 SOURCE = "PATCH /llmsim/config"
 FILE_NAME = "config.json"           # in the workers' stats directory
-REDIS_KEY = "llmsim:config"         # a hash: setting name -> JSON value
-REDIS_VERSION = "llmsim:config:version"
 POLL_S = 0.5
 
 
@@ -53,14 +44,13 @@ class LiveConfig:
         shared_dir = settings.stats_dir if settings.workers > 1 else None
         self.file = Path(shared_dir) / FILE_NAME if shared_dir else None
         self._stamp: tuple | None = None
-        self.redis = getattr(store, "redis", None)
-        self._version: bytes | None = None
+        self.channel = store.capabilities.settings_channel     # where every host's changes meet
         self._poller: asyncio.Task | None = None
 
     @property
     def watches(self) -> bool:
         """Other processes may change the settings (a request starts with `refresh`)."""
-        return self.file is not None or self.redis is not None
+        return self.file is not None or self.channel is not None
 
     # ---- a change ------------------------------------------------------------------
     def check(self, changes: Mapping[str, Any]):
@@ -94,20 +84,13 @@ class LiveConfig:
 
     async def _share(self, changes: Mapping[str, Any], replace: bool) -> None:
         """The changes so far, with `changes` (or only them), where every process reads them:
-        the Redis hash holds every host's; the workers' file then gets what Redis holds."""
+        the shared channel holds every host's; the workers' file then gets what it holds."""
         merged = dict(changes) if replace else {**self.changes, **changes}
-        if self.redis is not None:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                if replace:
-                    pipe.delete(REDIS_KEY)
-                if changes:
-                    pipe.hset(REDIS_KEY, mapping={k: orjson.dumps(v) for k, v in changes.items()})
-                pipe.incr(REDIS_VERSION)
-                await pipe.execute()
-            merged = await self._read_redis(always=True)
+        if self.channel is not None:
+            merged = await self.channel.publish(changes, replace)
         if self.file is not None:
-            merged = self._write_file(merged if self.redis is not None or replace else changes,
-                                      replace=self.redis is not None or replace)
+            merged = self._write_file(merged if self.channel is not None or replace else changes,
+                                      replace=self.channel is not None or replace)
         self._use(merged)
 
     def _use(self, changes: dict[str, Any]) -> None:
@@ -150,12 +133,12 @@ class LiveConfig:
                 if stamp != self._stamp:
                     self._stamp = stamp
                     self._use(self._read_file())
-        if self.redis is not None and self._poller is None:     # (a server without a lifespan)
+        if self.channel is not None and self._poller is None:     # (a server without a lifespan)
             self.serving()
 
     def serving(self) -> None:
-        """The server has started: with a Redis store, read its changes every POLL_S."""
-        if self.redis is not None and self._poller is None:
+        """The server has started: with a store that shares changes, read them every POLL_S."""
+        if self.channel is not None and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def stopped(self) -> None:
@@ -173,23 +156,14 @@ class LiveConfig:
             os.close(fd)
         return orjson.loads(raw) if raw else {}
 
-    # ---- a Redis store's hash ------------------------------------------------------------
-    async def _read_redis(self, always: bool = False) -> dict[str, Any] | None:
-        """The changes in Redis if their version moved since the last read (or `always`), else None."""
-        version = await self.redis.get(REDIS_VERSION)
-        if version == self._version and not always:
-            return None
-        raw = await self.redis.hgetall(REDIS_KEY)
-        self._version = version
-        return {key.decode(): orjson.loads(value) for key, value in raw.items()}
-
+    # ---- a shared store's channel --------------------------------------------------------
     async def _poll(self) -> None:
         """Read Redis's changes every POLL_S; Redis going away and coming back is logged
         once each (not once a poll)."""
         away = False
         while True:
             try:
-                changes = await self._read_redis()
+                changes = await self.channel.changed()
                 if away:
                     log.warning("shared settings: Redis answers again")
                     away = False

@@ -1,23 +1,11 @@
 """Rate limits as OpenAI counts them: token buckets per (API key, model), refilled continuously.
 
-Each pair has up to two buckets, requests (capacity `rpm`) and tokens (capacity `tpm`), each
-refilled at its capacity per minute. A request costs 1 request and its input tokens plus its
-`max_output_tokens` (or the model's largest output), as OpenAI estimates before it answers.
-A request is served only when every bucket holds its cost; else it takes nothing and gets 429
-`rate_limit_exceeded` naming the bucket that is short (the one it would wait longest for).
-
-Limits (settings `rate_limit_rpm` / `rate_limit_tpm`, and `rate_limits: {default, models,
-keys}`): `default` for every pair (the two flags win over it), then `models[NAME]`, then
-`keys[KEY]`, each overriding the values it names. No limit for a pair: nothing is counted.
-
-Where the buckets live, so that one limit holds for the whole server:
-* one process: this process's memory (`Local`);
-* `--workers N`: a file in the workers' shared stats directory, read and written under an
-  exclusive lock (`SharedFile`);
-* a Redis store: Redis, taken atomically by a Lua script on Redis's clock (`Redis`), so every
-  host sharing it shares the buckets.
-The headers' names, the 429's wording and its retry headers are templates/ratelimits.yaml's;
-the x-ratelimit-* values are numbers and durations written here, as OpenAI writes them.
+A request costs 1 request and its input plus its maximum output tokens; it is served only
+when every bucket holds its cost, else it takes nothing and gets 429 naming the bucket
+that is short. The buckets live where one limit holds for the whole server: this process
+(`Local`), the workers' shared file (`SharedFile`) or a store's `buckets` capability
+(`Shared`). Header names and wording are templates/ratelimits.yaml's; the values are written
+here. The story: docs/internals.md#stateratelimits.
 """
 from __future__ import annotations
 
@@ -33,6 +21,7 @@ from typing import Any, Mapping
 import orjson
 
 from llmsim.errors import APIError
+from llmsim.state.store.capabilities import Buckets
 
 WINDOW_S = 60.0                 # both limits are per minute
 WINDOW_MS = WINDOW_S * 1000
@@ -229,48 +218,14 @@ class SharedFile:
         return outcome
 
 
-# KEYS: none. ARGV: bucket key, rpm (0: none), tpm (0: none), cost. The same arithmetic as
-# `take` above, on Redis's clock; the key expires once the buckets would be full again.
-# Returns {requests, tokens, refused ('' | requests | tokens), wait_s} (numbers as strings).
-TAKE = """
-local key, rpm, tpm, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local state = redis.call('HMGET', key, 'r', 't', 'at')
-local requests, tokens = rpm, tpm
-if state[3] then
-  local elapsed = math.max(0, now - tonumber(state[3]))
-  requests = math.min(rpm, tonumber(state[1]) + elapsed * rpm / 60)
-  tokens = math.min(tpm, tonumber(state[2]) + elapsed * tpm / 60)
-end
-local refused, wait = '', 0
-if rpm > 0 and requests < 1 then refused, wait = 'requests', (1 - requests) * 60 / rpm end
-if tpm > 0 and tokens < cost then
-  local w = 0
-  if cost <= tpm then w = (cost - tokens) * 60 / tpm else w = 1e18 end
-  if refused == '' or w > wait then refused, wait = 'tokens', w end
-end
-if refused == '' then
-  if rpm > 0 then requests = requests - 1 end
-  if tpm > 0 then tokens = tokens - cost end
-end
-if wait >= 1e18 then wait = 0 end
-redis.call('HSET', key, 'r', tostring(requests), 't', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', key, 61000)
-return {tostring(requests), tostring(tokens), refused, tostring(wait)}
-"""
+class Shared:
+    """The buckets of every process sharing a store that keeps them (its `buckets`)."""
 
-
-class Redis:
-    """The buckets of every process sharing a Redis store."""
-
-    def __init__(self, redis):
-        self._take = redis.register_script(TAKE)
+    def __init__(self, buckets: Buckets):
+        self.buckets = buckets
 
     async def take(self, bucket: str, limit: Limit, cost: int) -> Outcome:
-        requests, tokens, refused, wait = await self._take(
-            args=["llmsim:ratelimit:" + bucket, limit.rpm or 0, limit.tpm or 0, cost])
-        return float(requests), float(tokens), refused.decode() or None, float(wait)
+        return await self.buckets.take(bucket, limit.rpm or 0, limit.tpm or 0, cost)
 
 
 class RateLimited(APIError):
@@ -290,9 +245,10 @@ class RateLimiter:
         self.templates = templates
         self.template = None
         self.dialects: dict[str, Dialect] = {}
-        self.waits = getattr(store, "redis", None) is not None     # a store that answers later
-        if self.waits:
-            self.buckets: Any = Redis(store.redis)
+        shared = store.capabilities.buckets
+        self.waits = shared is not None     # a store that answers later
+        if shared is not None:
+            self.buckets: Any = Shared(shared)
         elif settings.workers > 1 and settings.stats_dir:
             self.buckets = SharedFile(settings.stats_dir)
         else:

@@ -20,11 +20,12 @@ from typing import Any, Awaitable, Sequence
 import orjson
 
 from llmsim.ids import Ids
-from llmsim.errors import InvalidRequestError, NotFoundError, ServerError, ServiceUnavailableError
+from llmsim.errors import (InvalidRequestError, NotFoundError, PreviousResponseNotFoundError, ServerError,
+                           ServiceUnavailableError)
 from llmsim.pacing import transport
 from llmsim.render.jsonbytes import dumps
 from llmsim.sim import inputs
-from llmsim.state.background import Jobs, alive_here, owner_id
+from llmsim.state.background import Jobs, alive_here
 from llmsim.state.prior import NO_PRIOR, Prior
 from llmsim.state.store import Frames, Store, StoredResponse
 from llmsim.state.webhooks import Webhooks
@@ -82,8 +83,9 @@ class ResponseState:
         # the events that hold the response (by name), in a stream and in a fault's tail
         self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots,
                           **self.shapes.snapshots}
-        self._put_json = getattr(self.store, "put_json", None)     # a store that keeps at once
-        self._put_replay = getattr(self.store, "put_replay", None)
+        self.keeps_now = self.store.capabilities.keeps_now     # a store that writes at once (memory)
+        self._put_json = self.keeps_now.put_json if self.keeps_now is not None else None
+        self._put_replay = self.keeps_now.put_replay if self.keeps_now is not None else None
         self.jobs = Jobs(sim, self)
         self.webhooks = Webhooks(sim, self.store)
 
@@ -101,7 +103,8 @@ class ResponseState:
         return NO_PRIOR
 
     async def prior(self, body: dict) -> Prior:
-        """Resolve `previous_response_id` / `conversation`; 404 when either names nothing."""
+        """Resolve `previous_response_id` / `conversation`; an error when either names nothing
+        (400 `previous_response_not_found`, as OpenAI answers; 404 for a conversation)."""
         previous, conversation = body.get("previous_response_id"), conversation_id(body)
         if previous and conversation:
             raise InvalidRequestError(
@@ -112,8 +115,7 @@ class ResponseState:
         if previous:
             record = await self.store.get_response(previous)
             if record is None:
-                raise NotFoundError(f"Previous response with id '{previous}' not found.",
-                                    param="previous_response_id", code="previous_response_not_found")
+                raise PreviousResponseNotFoundError(previous)     # 400, as OpenAI (HTTP and WebSocket)
             if record.active:
                 raise InvalidRequestError(f"Previous response with id '{previous}' is still "
                                           f"{record.status.replace('_', ' ')}.",
@@ -209,7 +211,7 @@ class ResponseState:
         same events again) and a store that keeps what it can render later (the memory
         store), only the number of events is recorded: nothing is parsed, serialised or
         packed unless the response is read (requests of up to `REPLAY_MAX_INPUT_TOKENS`)."""
-        recording = Recording(keep_chunks=replay is None or not getattr(self.store, "defers", False)
+        recording = Recording(keep_chunks=replay is None or self.keeps_now is None
                               or replay.plan.usage.input_tokens > REPLAY_MAX_INPUT_TOKENS)
         chunks.on_chunk = recording.add
         if recording.keep_chunks:
@@ -276,16 +278,16 @@ class ResponseState:
         """Mark `failed` (with an error saying why) every background response a stopped server
         left queued or running in a persistent store: whose owner is gone (llmsim.state.background:
         its process on this machine is no more, or its lease ran out). How many there were."""
-        listing = getattr(self.store, "active_responses", None)
-        if listing is None:
+        leases = self.store.capabilities.leases
+        if leases is None:
             return 0
-        mine, running = owner_id(), self.jobs.running
-        records = [record for response_id in await listing() if response_id not in running
+        mine, running = self.jobs.owner, self.jobs.running
+        records = [record for response_id in await leases.active_responses() if response_id not in running
                    and (record := await self.store.get_response(response_id)) is not None and record.active
                    and record.owner != mine]
         here = {owner: alive_here(owner) for owner in {record.owner for record in records} - {None}}
         elsewhere = sorted(owner for owner, alive in here.items() if alive is None)
-        leased = await self.store.live_owners(elsewhere) if elsewhere else set()
+        leased = await leases.live_owners(elsewhere) if elsewhere else set()
         failed_count = 0
         for record in records:
             if record.owner is not None and (here[record.owner] or record.owner in leased):

@@ -1,25 +1,10 @@
 """The serving model: a model's answers wait for each other the way an inference server's do.
 
-Off unless a setting (`--max-concurrency`, `--max-queue`, `--prefill-ms-per-token`,
-`--load-slowdown`, `--prefix-cache`) or the model's profile (`serving:` in profiles.yaml) turns
-a piece on; a setting, when given, wins over the profile. Per model, on each host:
-
-- **slots:** `max_concurrency` requests are answered at once; more wait in order (FIFO), the
-  wait counting in their TTFT; beyond `max_queue` waiting, a request gets 429.
-- **prefill:** the first token comes `prefill_ms_per_token` ms later per uncached input token.
-- **decode slowdown:** each gap after the first token is the plan's gap times
-  `1 + (load_slowdown - 1) * (running - 1) / (max_concurrency - 1)`, `running` read as that gap
-  begins, so streams already running slow down when others join and speed up when they end.
-- **prefix cache:** the input's tokens, cut into blocks of `prefix_block_tokens`, are hashed
-  by chain (model and `prompt_cache_key` first: none for Anthropic and Gemini); the leading
-  blocks already cached are `cached_tokens` (Anthropic's `cache_read_input_tokens`, Gemini's
-  `cachedContentTokenCount`), and prefill counts only the rest (llmsim.state.prefixcache).
-
-Slots are per host: with `--workers N` the workers share one model's `max_concurrency` slots
-and its queue through a file (llmsim.state.hostslots); one process keeps them in memory.
-HTTP requests, WebSocket turns (`response.create`) and background responses all take a slot;
-a background response stays `queued` until it has one. The prefix cache is shared as the
-store is (llmsim.state.prefixcache).
+Off unless a setting or the model's profile turns a piece on (a setting wins). Per model and
+host: `max_concurrency` slots, a FIFO queue up to `max_queue` (then 429), prefill per
+uncached input token, decode gaps slowed by load, and a prefix cache (llmsim.state
+.prefixcache). Slots are per host (llmsim.state.hostslots with `--workers`); HTTP, WebSocket
+and background responses all take one. The story: docs/internals.md#stateserving.
 """
 from __future__ import annotations
 
@@ -250,18 +235,17 @@ class Serving:
         self.models: dict = {}      # model: Slots (one process) or HostSlots (--workers N)
         self.file = SlotFile(shared_dir) if shared_dir else None
         self.cache = prefixcache.for_store(store)
-        self.settings = None        # the settings `on` was worked out for (handlers compare, then
-        self.on = False             # call `refresh` when they changed): is any piece on anywhere?
+        self.settings = None        # the settings `on` was worked out for: the simulator's, which
+        self.on = False             # calls `refresh` as they change: is any piece on anywhere?
         self._params: dict = {}
 
     def refresh(self, settings) -> None:
+        """Serve with `settings` from now on (at start-up, and as they change at runtime)."""
         self.settings, self._params = settings, {}
         self.on = any(params(settings, profile) is not None for profile in self.profiles.values())
 
     def params(self, settings, profile) -> Params | None:
-        """`params` of a profile, remembered until the settings change (read per request)."""
-        if settings is not self.settings:
-            self.refresh(settings)
+        """`params` of a profile, remembered until `refresh` (read per request)."""
         found = self._params.get(profile.name, False)
         if found is False:
             found = self._params[profile.name] = params(settings, profile)

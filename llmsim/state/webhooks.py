@@ -1,22 +1,11 @@
-"""Webhooks: every background response that ends (completed, failed, cancelled, incomplete)
-sends OpenAI's webhook event to each `webhook_urls` URL, signed as Standard Webhooks sign
-(what `openai`'s `client.webhooks.unwrap(payload, headers, secret=...)` checks):
-`webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">`,
-keyed by the base64 key after `whsec_` in `webhook_secret`. The event's body and the
-headers are templates/webhooks.yaml's.
+"""Webhooks: each background response that ends sends OpenAI's webhook event to each
+`webhook_urls` URL, signed as Standard Webhooks sign (`openai`'s `webhooks.unwrap` checks it).
 
-A delivery (one event for one URL, with a `webhook-id` of its own) is kept in the store's
-outbox before it is first sent and leaves it once a 2xx answers or its `webhook_attempts`
-are used up. A non-2xx answer, a timeout or a connection error is retried after
-`webhook_backoff_s`, doubling each retry up to `MAX_BACKOFF_S`; a retry keeps the
-webhook-id and is signed again with the time of its sending. Deliveries run in tasks of
-their own: no request waits for one. A server that starts sends what its store's outbox
-still holds (a persistent store's, after a crash), so an event is delivered at least once;
-with several workers starting on one store, each sends what it finds.
-
-Faults (`webhook_faults`): `delay_ms` holds each delivery back that long before its first
-try; `duplicate` is the probability that a delivered event is sent once more, with the same
-webhook-id, so receivers can test that they handle each id once.
+Invariants: a delivery is kept in the store's outbox before it is first sent and leaves it
+once a 2xx answers or its attempts are used up, so an event is delivered at least once (a
+restarted server sends what the outbox holds); retries keep the webhook-id, back off
+doubling and are signed again; no request waits for a delivery. Body and headers are
+templates/webhooks.yaml's. The story: docs/internals.md#statewebhooks.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 from llmsim.errors import ConfigError
+from llmsim.state.store.capabilities import Capabilities
 from llmsim.state.store.base import ACTIVE, Bounds, Conversation, Frames, Page, Store, StoredResponse, paginate
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -23,7 +24,7 @@ SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 FORMS = ("memory, lmdb:DIR, sqlite:PATH (or a path ending .db, .sqlite or .sqlite3), "
          "redis://HOST:PORT/DB (or rediss://, unix://)")
 
-__all__ = ["ACTIVE", "Bounds", "Conversation", "Frames", "Page", "Store", "StoredResponse", "check_store",
+__all__ = ["ACTIVE", "Bounds", "Capabilities", "Conversation", "Frames", "Page", "Store", "StoredResponse", "check_store",
            "open_store", "paginate", "shown_store"]
 
 
@@ -71,6 +72,13 @@ def shown_store(target: str) -> str:
 
 
 def open_store(settings) -> Store:
+    """The store the settings name, its capabilities checked (llmsim.state.store.capabilities)."""
+    store = _open(settings)
+    store.capabilities.check(type(store).__name__)
+    return store
+
+
+def _open(settings) -> Store:
     bounds = Bounds(settings.store_max_entries, settings.store_ttl_s, settings.store_evict_when_full)
     target = settings.store
     check_store(target)

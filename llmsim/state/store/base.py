@@ -1,24 +1,19 @@
-"""What the stateful Responses API keeps (and stored chat completions), and the small interface
+"""What the stateful Responses API keeps (and stored chat completions), and the interface
 every backend implements.
 
-Records are plain data. A stored response keeps its latest snapshot (the response object a
-`GET` returns), the items it answered (history plus its own input, as item resources) and,
-when it was streamed or ran in the background, its SSE events (one frame per sequence
-number) for `GET ?stream=true` replay. Conversations keep their metadata and items.
-
-Backends bound what they keep: at most `max_entries` responses (and as many conversations),
-the oldest evicted first, each living `ttl_s` seconds after its last write. Anything
-evicted or expired reads as missing (`None`), never as an error. Writes are atomic; the
-one conditional write, `append_events`, is how a background run and a cancel (possibly in
-another process) agree on who ends a response.
-
-A write returns once every process can read it (so a response is retrievable anywhere
-as soon as its creation answers); backends batch the writes of concurrent requests.
+Invariants: records are plain data; a backend keeps at most `max_entries` of each kind (the
+oldest evicted first), each living `ttl_s` after its last write; anything evicted or expired
+reads as missing, never as an error; writes are atomic, and `append_events` is the one
+conditional write (how a background run and a cancel agree); a write returns once every
+process can read it. Also here: a full file store's `Eviction` and the loop-step
+`StepBatch`. The story: docs/internals.md#statestorebase.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,7 +23,9 @@ import orjson
 
 from llmsim.errors import ServiceUnavailableError
 from llmsim.render.jsonbytes import dumps
+from llmsim.state.store.capabilities import Capabilities
 
+log = logging.getLogger("llmsim")
 ACTIVE = ("queued", "in_progress")
 NEVER = float("inf")
 
@@ -208,6 +205,10 @@ class Store(Protocol):
     locks ask for `asyncio.current_task()`): if so, no request starts before it has a task
     of its own (llmsim.server.starting, llmsim.api.front's `eager`)."""
 
+    capabilities: Capabilities
+    """What it can do beyond this interface (llmsim.state.store.capabilities): set by the
+    backend, checked by `open_store`."""
+
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         """Create (or replace) a response with its first SSE frames."""
 
@@ -260,11 +261,6 @@ class Store(Protocol):
     async def outbox(self) -> list[bytes]:
         """Every pending delivery (what a restarted server sends)."""
 
-    # A store that several processes share also has (llmsim.state.background):
-    # `active_responses()` the ids of responses still queued or in progress;
-    # `renew_lease(owner, lease_s)` this process is alive for lease_s more seconds;
-    # `live_owners(owners)` those of `owners` whose lease has not run out.
-
     async def flush(self) -> None:
         """Wait until every call made so far is done."""
 
@@ -298,3 +294,63 @@ def paginate(items: list[dict], *, after: str | None = None, before: str | None 
     if before is not None and after is None:
         return Page(window[-limit:], len(window) > limit)
     return Page(window[:limit], len(window) > limit)
+
+
+EVICT_MAX = 256     # entries a write that finds a full file store may evict (then: 503)
+
+
+class Eviction:
+    """What a full file store does (`store_evict_when_full`): rounds evicting the oldest 1, 1,
+    2, 4, ... entries of each kind (responses still running excepted), the write tried again
+    after each, up to EVICT_MAX entries in all; then, or when it is off, the write fails (503).
+    A warning the first time, then (a full store evicts at every write) debug."""
+    __slots__ = ("enabled", "where", "seen")
+
+    def __init__(self, enabled: bool, where: str):
+        self.enabled, self.where, self.seen = enabled, where, False
+
+    def make_room(self, evicted: int, evict_oldest: Callable[[int], int]) -> int:
+        """After a write found the store full, `evicted` entries having gone for it so far:
+        the next round (`evict_oldest(count)` evicts count of each kind, says how many went);
+        how many went (0: give up, the write fails)."""
+        if not self.enabled or evicted >= EVICT_MAX:
+            return 0
+        gone = evict_oldest(max(1, evicted))
+        if gone:
+            log.log(logging.DEBUG if self.seen else logging.WARNING,
+                    "store %s full: evicted its %d oldest entries (store_evict_when_full)", self.where, gone)
+            self.seen = True
+        return gone
+
+
+class StepBatch:
+    """The writes made during one step of the event loop, run together as it ends (one
+    transaction, one commit or round trip for all): `add(call)` queues `(*call, future)`, the
+    first of a step scheduling `run()`, which takes `queued` and settles each future."""
+    __slots__ = ("run", "queued")
+
+    def __init__(self, run: Callable[[], None]):
+        self.run, self.queued = run, []
+
+    def add(self, *call) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.queued:
+            loop.call_soon(self.run)
+        self.queued.append((*call, future))
+        return future
+
+    def take(self) -> list:
+        batch, self.queued = self.queued, []
+        return batch
+
+
+def settle(outcomes: Sequence[tuple[asyncio.Future, Any, bool]]) -> None:
+    """Give each waiting future its (value, True) result or its (exception, False) error."""
+    for future, value, ok in outcomes:
+        if future.done():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)

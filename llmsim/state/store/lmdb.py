@@ -1,42 +1,11 @@
-"""The embedded store of `llmsim serve`: one LMDB environment (`--store lmdb:DIR`), a
-memory-mapped B+tree that every worker process maps and writes under LMDB's own
-cross-process write lock.
+"""The embedded store of `llmsim serve --workers`: one LMDB environment (`--store lmdb:DIR`)
+that every worker maps and writes under LMDB's own cross-process write lock.
 
-A write transaction never syncs to disk (a simulator's state need not survive a machine
-crash), so it runs on the event loop: no thread, no checkpoints. The writes that requests make
-in one step of the loop share one transaction, committed by a callback the first of them
-schedules: a write is committed, and readable by every process, when its call returns.
-Under load many writes share a commit, each cheaper than alone (B-tree pages are copied once
-per commit, not once per write). A read first commits the writes still waiting,
-so it sees every write called before it; readers never wait for writers.
-
-Tables (LMDB sub-databases), keys built from ids (which never contain NUL):
-- `responses`: id -> HEAD (expires, creation number n, frame count, how many of those frames
-  the value holds), status, response JSON, the frames it was created with (LZ4), meta JSON;
-- `frames`: id NUL first_seq -> frame count, LZ4-compressed frames first_seq.. (one row per
-  append: a response's first frames live in its own value, so keeping one writes one row);
-- `conversations`: id -> (expires, n, next item position), record JSON;
-- `items`: conversation id NUL position -> item JSON; `item_ids`: conversation id NUL item id
-  -> position;
-- `chats`: id -> (expires, n), a stored chat completion's record JSON;
-- `order`: kind byte + n -> id, the creation order that eviction walks from the oldest; a new
-  entry's n is one more than the newest's;
-- `outbox`: key -> a pending webhook delivery (llmsim.state.webhooks), never evicted;
-- `active`: id -> nothing, for each response still queued or in progress (what a sweep of
-  stopped servers' background responses reads, llmsim.state.background);
-- `meta`: `format` -> FORMAT, so a directory written in another layout is refused, not misread.
-  `attempts` NUL key -> how many requests reached a scenario's error turn (llmsim.faults.scripted).
-  `lease` NUL owner -> until when (wall clock) the process `owner` runs its background responses.
-
-Expired entries read as missing; every `SWEEP_EVERY` writes the oldest `SWEEP_EVERY`
-entries of each kind are looked at and the expired ones deleted. The map starts at `MAP_SIZE`
-and doubles whenever a write fills it; the other processes adopt the new size on their next
-transaction. Its file's disk blocks are allocated as it grows (`reserve`), so it grows only as
-far as the disk has room: a full disk is a full map. Once it is `max_bytes`
-(`--store-max-bytes`), or the disk is full, a write that fills it evicts the oldest entries of
-each kind (1, 1, 2, 4, ... per round, responses still running excepted, up to EVICT_MAX) and
-tries again, when `store_evict_when_full`; when
-that is off or frees too little, the write fails with MapFullError (a 503, `outage`).
+Invariants: writes never sync to disk and run on the event loop; the writes of one loop step
+share one transaction (`StepBatch`), committed before any read, so a write is readable by
+every process when its call returns; the map grows only as far as the disk has room (a full
+disk is a full map, never a SIGBUS); a full map evicts by `Eviction`, else 503. Capabilities:
+leases, attempts, prefix_table. Tables and layout: docs/internals.md#statestorelmdb.
 """
 from __future__ import annotations
 
@@ -54,14 +23,14 @@ import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
-                                     outages_answered, pack)
+from llmsim.state.store.capabilities import Capabilities
+from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, Eviction, StepBatch,
+                                     StoredResponse, frames_after, outages_answered, pack, settle)
 
 log = logging.getLogger("llmsim")
 MAP_SIZE = 64 << 20          # the map (and its file's disk blocks) to start with; it doubles when full
 PAGE = 4096                  # map sizes are whole pages
 SWEEP_EVERY = 256
-EVICT_MAX = 256              # entries a write that finds the map full may evict (then: 503)
 FORMAT = b"2"
 RESPONSE = struct.Struct("<dQIIBII")    # expires, n, events, first, len(status), len(response), len(frames)
 HEAD = struct.Struct("<dQII")            # RESPONSE's first fields
@@ -127,9 +96,10 @@ class LmdbStore:
         self.max_bytes = max_bytes      # the map never grows past it: a write that does not fit fails
         self._env: lmdb.Environment | None = None
         self._writes = 0
-        self._full_seen = False
-        self._waiting: list[tuple[Callable, asyncio.Future]] = []   # writes of this loop step
+        self.eviction = Eviction(bounds.evict_when_full, path)
+        self._step = StepBatch(self._commit)    # writes of this loop step: (body, future)
         self._open()             # a directory it cannot use fails start-up, not the first request
+        self.capabilities = Capabilities(leases=self, attempts=self, prefix_table=LmdbPrefixTable(self))
 
     # ---- plumbing --------------------------------------------------------------------
     def _open(self) -> lmdb.Environment:
@@ -153,9 +123,7 @@ class LmdbStore:
                 if want > size and (grown := reserve(env, want)) > size:      # the disk has room
                     env.set_mapsize(grown)
                     continue
-                if not write or evicted >= EVICT_MAX or not self.bounds.evict_when_full:
-                    raise
-                freed = self._evict_oldest(max(1, evicted))     # 1, 1, 2, 4, ... of each kind
+                freed = self.eviction.make_room(evicted, self._evict_oldest) if write else 0
                 if not freed:
                     raise
                 evicted += freed
@@ -165,31 +133,20 @@ class LmdbStore:
 
     def _write(self, body: Callable) -> asyncio.Future:
         """`body(txn)` in the write transaction of this loop step; the future is its result."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._waiting.append((body, future))
-        if len(self._waiting) == 1:
-            loop.call_soon(self._commit)
-        return future
+        return self._step.add(body)
 
     def _commit(self) -> None:
         """Run the waiting writes in one transaction. If one raises, the transaction is
         dropped and each runs in its own, so only its caller gets the error."""
-        batch, self._waiting = self._waiting, []
+        batch = self._step.take()
         if not batch:
             return
         try:
-            outcomes = [(result, None) for result in
-                        self._transact(lambda txn: [body(txn) for body, _ in batch], write=True)]
+            outcomes = [(future, result, True) for (_, future), result in
+                        zip(batch, self._transact(lambda txn: [body(txn) for body, _ in batch], write=True))]
         except Exception:
-            outcomes = [self._alone(body) for body, _ in batch]
-        for (_, future), (result, error) in zip(batch, outcomes):
-            if future.done():
-                continue
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
+            outcomes = [(future, *self._alone(body)) for body, future in batch]
+        settle(outcomes)
         before, self._writes = self._writes, self._writes + len(batch)
         if before // SWEEP_EVERY != self._writes // SWEEP_EVERY:
             self._transact(self._sweep, write=True)
@@ -209,10 +166,6 @@ class LmdbStore:
                 if not dropped:
                     break
                 gone += 1
-        if gone:    # a warning the first time; then (a full store evicts at every write) debug
-            log.log(logging.DEBUG if self._full_seen else logging.WARNING,
-                    "store %s full: evicted its %d oldest entries (store_evict_when_full)", self.path, gone)
-            self._full_seen = True
         return gone
 
     def _drop_oldest(self, txn, kind: str) -> bool:
@@ -229,15 +182,15 @@ class LmdbStore:
             found = cursor.next()
         return False
 
-    def _alone(self, body: Callable) -> tuple[Any, Exception | None]:
+    def _alone(self, body: Callable) -> tuple[Any, bool]:
         try:
-            return self._transact(body, write=True), None
+            return self._transact(body, write=True), True
         except Exception as exc:
-            return None, exc
+            return exc, False
 
     def _read(self, body: Callable) -> Any:
         """`body(txn)` in a read transaction that sees every write called before it."""
-        if self._waiting:
+        if self._step.queued:
             self._commit()
         return self._transact(body)
 
@@ -584,16 +537,51 @@ class LmdbStore:
         """Commit the writes still waiting (every call is done when it returns)."""
         self._commit()
 
-    def prefix_cache(self):
-        """The serving model's prefix cache, shared by every process using this LMDB store."""
-        from llmsim.state.prefixcache import LmdbPrefixCache
-        return LmdbPrefixCache(self)
-
     async def close(self) -> None:
         self._commit()
         if self._env is not None:
             _release_env(self.path)
             self._env = None
+
+
+class LmdbPrefixTable:
+    """The serving model's prefix cache for the processes of a host sharing an LMDB store (its
+    own table, `prefix`). Per model: `b` block hash -> last use, `o` last use -> block hash
+    (oldest first, for eviction), `c` the clock, `n` the block count; a lookup is one write,
+    batched with the store's other writes of the loop step."""
+
+    def __init__(self, store: LmdbStore):
+        self.store = store
+        self.db = store._open().open_db(b"prefix")
+
+    async def lookup(self, model: str, hashes: list[bytes], capacity: int) -> tuple[int, int]:
+        return await self.store._write(lambda txn: self._lookup(txn, model.encode(), hashes, capacity))
+
+    def _lookup(self, txn, model: bytes, hashes: list[bytes], capacity: int) -> tuple[int, int]:
+        db, head = self.db, model + b"\0"
+        clock = int.from_bytes(txn.get(b"c" + head, b"", db=db), "big")
+        n = int.from_bytes(txn.get(b"n" + head, b"", db=db), "big")
+        used = [txn.get(b"b" + head + h, db=db) for h in hashes]
+        hits = next((i for i, stamp in enumerate(used) if stamp is None), len(used))
+        for h, stamp in zip(reversed(hashes), reversed(used)):     # the chain's head used last
+            clock += 1
+            now = clock.to_bytes(8, "big")
+            if stamp is None:
+                n += 1
+            else:
+                txn.delete(b"o" + head + stamp, db=db)
+            txn.put(b"b" + head + h, now, db=db)
+            txn.put(b"o" + head + now, h, db=db)
+        if n > capacity:
+            cursor, oldest = txn.cursor(db=db), b"o" + head
+            cursor.set_range(oldest)
+            while n > capacity and cursor.key().startswith(oldest):
+                txn.delete(b"b" + head + cursor.value(), db=db)
+                cursor.delete()
+                n -= 1
+        txn.put(b"c" + head, clock.to_bytes(8, "big"), db=db)
+        txn.put(b"n" + head, n.to_bytes(8, "big"), db=db)
+        return hits, n
 
 
 _OPEN: dict[str, list] = {}   # real path -> [environment, tables, stores using it]: LMDB allows

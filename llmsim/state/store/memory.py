@@ -1,22 +1,10 @@
-"""The store of a single process: two ordered dicts, no file, no lock, no thread.
+"""The store of a single process: ordered dicts, no file, no lock, no thread.
 
-`llmsim serve` with one worker (and `create_app` without a `store` setting) uses it; with
-`--workers N` the workers need a store they share (a temp LMDB directory by default). Every
-call runs to completion without awaiting, so each is atomic and its write is visible to the
-next call at once, as the store interface asks.
-
-Entries hold what the other backends hold: serialized JSON and LZ4-packed SSE frames (a
-reader gets its own copy), except for a response's input items, held as given (the state
-code never changes them after) and copied for each reader, and for a streamed response no
-fault cut, of a small request (a deferred record, llmsim.state.responses.Replay): its entry keeps what
-renders its frames and its JSON again (template and plan), rendered only if it is read; its
-JSON then stays. The dicts are in order of creation, so the oldest entry is the first:
-eviction beyond `max_entries` pops from the front (an `OrderedDict`: a plain dict steps over
-every slot freed at its front, so each pop would get slower), and every `SWEEP_EVERY` writes
-the `SWEEP_EVERY` oldest entries of each kind are looked at and the expired ones dropped
-(expired entries already read as missing).
-Keeping a stream as what renders it costs less CPU and memory than keeping its bytes, and
-much less than the LMDB store (figures in bench/RESULTS.md).
+Every call runs to completion without awaiting, so each is atomic and visible to the next
+at once. Entries hold what the other backends hold (JSON, LZ4-packed frames), except that a
+small stream no fault cut is kept as what renders it again (the `keeps_now` capability),
+rendered only if read. Eviction pops the oldest from the front. Private to its process:
+`--workers` need a shared store. The story: docs/internals.md#statestorememory.
 """
 from __future__ import annotations
 
@@ -28,6 +16,7 @@ from typing import Callable, Sequence
 import orjson
 
 from llmsim.render.jsonbytes import dumps
+from llmsim.state.store.capabilities import Capabilities
 from llmsim.state.store.base import ACTIVE, Bounds, Conversation, StoredResponse, frames_after, pack
 
 SWEEP_EVERY = 256
@@ -70,7 +59,6 @@ class _Chat:
 
 class MemoryStore:
     needs_task = False  # plain dicts: nothing awaited
-    defers = True       # keeps a deferred record (and frames) as what renders it (llmsim.state.responses.Replay)
 
     def __init__(self, bounds: Bounds):
         self.bounds = bounds
@@ -79,6 +67,8 @@ class MemoryStore:
         self._chats: OrderedDict[str, _Chat] = OrderedDict()
         self._writes = 0
         self._outbox: dict[str, bytes] = {}
+        # it writes at once, and keeps a deferred record (and frames) as what renders it
+        self.capabilities = Capabilities(keeps_now=self)
 
     # ---- plumbing --------------------------------------------------------------------
     def _live(self, table: dict, entry_id: str):

@@ -1,20 +1,11 @@
 """The shared store: Redis (`--store redis://host:port/db`), for several llmsim processes or
 machines behind one load balancer.
 
-Keys (under `llmsim:`): `resp:<id>` a hash (status, response, meta), `resp:<id>:ev` a list of
-SSE frames, `conv:<id>` the conversation record, `conv:<id>:items` a hash of items by id and
-`conv:<id>:order` the list of item ids, `chat:<id>` a stored chat completion's record, `outbox` a
-hash of pending webhook deliveries, `resp:active` a set of the ids of responses created queued
-or in progress (those that end leave it; `active_responses` drops the rest), `lease:<owner>` a
-key that lives while the process `owner` runs its background responses (llmsim.state.background).
-`resp:order` / `conv:order` / `chat:order` are sorted sets of ids by creation number, used to
-evict the oldest. `faults:*` hold the fault schedule every process
-shares (`RedisFaults`, llmsim.faults.catalogue). Writes that must be atomic are Lua scripts;
-expiry is Redis's own (PEXPIRE), so an expired entry simply reads as missing.
-
-The writes of a stored response (`put_response`, `put_conversation`, `add_items`) made while
-another is on its way go together in one pipeline (one round trip per batch, not per write);
-each still returns only once Redis has run it.
+Keys live under `llmsim:`; writes that must be atomic are Lua scripts; expiry is Redis's own
+(an expired entry reads as missing). The writes of stored responses made while another is on
+its way go together in one pipeline, each returning once Redis ran it. Capabilities: leases,
+attempts, shared_faults, buckets, settings_channel, prefix_table (each a class here).
+Key layout: docs/internals.md#statestoreredis.
 """
 from __future__ import annotations
 
@@ -31,6 +22,7 @@ from redis.asyncio.retry import Retry     # (the sync one warns, handed to the a
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
 from llmsim.state.store.base import Bounds, Conversation, StoredResponse, outages_answered
+from llmsim.state.store.capabilities import Capabilities
 
 log = logging.getLogger("llmsim")
 PREFIX = "llmsim:"
@@ -262,6 +254,113 @@ class RedisFaults:
         return (orjson.loads(schedule) if schedule else []), (orjson.loads(rates) if rates else {})
 
 
+# KEYS: none. ARGV: bucket key, rpm (0: none), tpm (0: none), cost. llmsim.state.ratelimits'
+# `take` on Redis's clock; the key expires once the buckets would be full again.
+# Returns {requests, tokens, refused ('' | requests | tokens), wait_s} (numbers as strings).
+TAKE = """
+local key, rpm, tpm, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HMGET', key, 'r', 't', 'at')
+local requests, tokens = rpm, tpm
+if state[3] then
+  local elapsed = math.max(0, now - tonumber(state[3]))
+  requests = math.min(rpm, tonumber(state[1]) + elapsed * rpm / 60)
+  tokens = math.min(tpm, tonumber(state[2]) + elapsed * tpm / 60)
+end
+local refused, wait = '', 0
+if rpm > 0 and requests < 1 then refused, wait = 'requests', (1 - requests) * 60 / rpm end
+if tpm > 0 and tokens < cost then
+  local w = 0
+  if cost <= tpm then w = (cost - tokens) * 60 / tpm else w = 1e18 end
+  if refused == '' or w > wait then refused, wait = 'tokens', w end
+end
+if refused == '' then
+  if rpm > 0 then requests = requests - 1 end
+  if tpm > 0 then tokens = tokens - cost end
+end
+if wait >= 1e18 then wait = 0 end
+redis.call('HSET', key, 'r', tostring(requests), 't', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', key, 61000)
+return {tostring(requests), tostring(tokens), refused, tostring(wait)}
+"""
+
+
+@outages_answered(outage)
+class RedisBuckets:
+    """The rate-limit buckets of every process sharing this Redis (llmsim.state.ratelimits)."""
+
+    def __init__(self, redis):
+        self._take = redis.register_script(TAKE)
+
+    async def take(self, bucket: str, rpm: int, tpm: int, cost: int) -> tuple[float, float, str | None, float]:
+        requests, tokens, refused, wait = await self._take(args=[f"{PREFIX}ratelimit:{bucket}", rpm, tpm, cost])
+        return float(requests), float(tokens), refused.decode() or None, float(wait)
+
+
+@outages_answered(outage)
+class RedisSettings:
+    """The runtime setting changes of every host (llmsim.state.liveconfig): a hash of setting
+    name -> JSON value, and a version number bumped by each change."""
+    KEY, VERSION = f"{PREFIX}config", f"{PREFIX}config:version"
+
+    def __init__(self, redis):
+        self.redis = redis
+        self._version: bytes | None = None
+
+    async def publish(self, changes, replace: bool) -> dict:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if replace:
+                pipe.delete(self.KEY)
+            if changes:
+                pipe.hset(self.KEY, mapping={k: orjson.dumps(v) for k, v in changes.items()})
+            pipe.incr(self.VERSION)
+            await pipe.execute()
+        return await self._read(always=True)
+
+    async def changed(self) -> dict | None:
+        return await self._read(always=False)
+
+    async def _read(self, always: bool) -> dict | None:
+        version = await self.redis.get(self.VERSION)
+        if version == self._version and not always:
+            return None
+        raw = await self.redis.hgetall(self.KEY)
+        self._version = version
+        return {key.decode(): orjson.loads(value) for key, value in raw.items()}
+
+
+# KEYS: the model's sorted set (score: last use) and its clock; ARGV: capacity, hashes...
+PREFIX_LOOKUP = """
+local key, clock, cap = KEYS[1], KEYS[2], tonumber(ARGV[1])
+local hits, missed = 0, false
+for i = 2, #ARGV do
+  if not missed and redis.call('ZSCORE', key, ARGV[i]) then hits = hits + 1 else missed = true end
+end
+local now = redis.call('INCRBY', clock, #ARGV)
+for i = 2, #ARGV do redis.call('ZADD', key, now - i, ARGV[i]) end
+local n = redis.call('ZCARD', key)
+if n > cap then
+  redis.call('ZREMRANGEBYRANK', key, 0, n - cap - 1)
+  n = cap
+end
+return {hits, n}
+"""
+
+
+@outages_answered(outage)
+class RedisPrefixTable:
+    """The serving model's prefix cache for every process and host sharing this Redis."""
+
+    def __init__(self, redis):
+        self._lookup = redis.register_script(PREFIX_LOOKUP)
+
+    async def lookup(self, model: str, hashes: list[bytes], capacity: int) -> tuple[int, int]:
+        key = f"{PREFIX}prefix:{model}"
+        hits, n = await self._lookup(keys=[key, key + ":clock"], args=[capacity, *hashes])
+        return int(hits), int(n)
+
+
 # ARGV: id, record, ttl_ms, max_entries
 PUT_CHAT = _EVICT + """
 local key = 'llmsim:chat:' .. ARGV[1]
@@ -302,7 +401,9 @@ class RedisStore:
         self._items = register(CONVERSATION_ITEMS)
         self._events = register(EVENTS)
         self._active = register(ACTIVE_RESPONSES)
-        self.shared_faults = RedisFaults(self.redis)     # one fault schedule for every process
+        self.capabilities = Capabilities(
+            leases=self, attempts=self, shared_faults=RedisFaults(self.redis), buckets=RedisBuckets(self.redis),
+            settings_channel=RedisSettings(self.redis), prefix_table=RedisPrefixTable(self.redis))
         self._queued: list[tuple] = []                 # (script, args, future) not sent yet
         self._sender: asyncio.Task | None = None       # sends the queue, batch by batch
         self._direct: asyncio.Future | None = None     # done when the write on its way alone is
@@ -480,11 +581,6 @@ class RedisStore:
 
     async def outbox(self) -> list[bytes]:
         return list((await self.redis.hgetall(f"{PREFIX}outbox")).values())
-
-    def prefix_cache(self):
-        """The serving model's prefix cache, shared by every process using this Redis."""
-        from llmsim.state.prefixcache import RedisPrefixCache
-        return RedisPrefixCache(self.redis, PREFIX)
 
     async def close(self) -> None:
         await self.flush()

@@ -1,36 +1,17 @@
 """The embedded store: one SQLite file in WAL mode, shared by every process that opens it.
 
-Calls run on the event loop, on its own connection, which never waits for a lock: a write
-opens a write transaction (`BEGIN IMMEDIATE`, which also makes the conditional append atomic
-across processes) that stays open for the rest of the loop iteration, so every write made
-meanwhile (other requests') shares one commit; a write returns once that commit is done, so
-whatever a request stored is visible to every process before it answers. Reads see this
-process's writes at once. When another process holds the write lock (or a read finds the
-file busy), the call goes to the store's thread instead, which waits for the lock without
-blocking the loop; calls made while any is there follow it there, in order. WAL checkpoints
-run on that thread too (the loop's connection checkpoints only when the thread has fallen
-so far behind that the WAL outgrew `WAL_SIZE_LIMIT`).
-
-Order of creation is the key `n` (new rows get the largest): keeping the newest
-`max_entries` means deleting every row with `n <= newest - max_entries` (done once per
-batch of creations). Expired rows read as missing at once and are deleted every
-`MAINTAIN_EVERY` commits (with the WAL checkpoint: no index on expiry to update per write).
-A full file (`--store-max-bytes`, i.e. `max_page_count`, or the disk) undoes the whole
-transaction; with `store_evict_when_full` the oldest entries of each kind go (1, 1, 2, 4, ...
-per round, responses still running excepted, up to EVICT_MAX) in a transaction of their own,
-and the writes run again; otherwise (or when that frees too little) they fail (a 503, `outage`).
-
-SSE frames are kept as blobs of whole frames (a frame ends with a blank line and never
-contains one), LZ4-compressed (`store.base.pack`). The frames a response is created with live in
-its own row (`responses.frames`), so storing a whole stream writes one row; frames appended
-later (a background response) go to `chunks`, one row per write holding sequence numbers
-first_seq.. . Pages written and freed per response are most of what storing costs, which is why
-a response's first frames share its row instead of going to a second B-tree.
+Invariants: calls run on the event loop on a connection that never waits for a lock; the
+writes of one loop step share one `BEGIN IMMEDIATE` transaction (`StepBatch`, a savepoint per
+call), and a write returns once committed; when another process holds the lock, calls move
+to the store's thread, in order. Creation order is the key `n`; expired rows read as missing
+at once; a full file evicts by `Eviction`, else 503. Capabilities: leases, attempts.
+The story: docs/internals.md#statestoresqlite.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import sqlite3
 import threading
@@ -43,8 +24,9 @@ import orjson
 
 from llmsim.errors import ConfigError
 from llmsim.render.jsonbytes import dumps
-from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, StoredResponse, frames_after,
-                                     outages_answered, pack)
+from llmsim.state.store.capabilities import Capabilities
+from llmsim.state.store.base import (ACTIVE, Bounds, Conversation, Eviction, StepBatch,
+                                     StoredResponse, frames_after, outages_answered, pack, settle)
 
 log = logging.getLogger("llmsim")
 MAX_BATCH = 256        # calls in one transaction of the thread
@@ -53,7 +35,6 @@ READ, WRITE, CREATE, RAW = 0, 1, 2, 3   # CREATE: a write whose evictions may wa
                                         # RAW: run outside any transaction (maintenance)
 SQLITE_BUSY = 5
 SQLITE_FULL = 13
-EVICT_MAX = 256      # entries a write that finds the file full may evict (then: 503)
 WAL_SIZE_LIMIT = 16 << 20  # bytes the WAL file is cut back to when it starts over
 BUSY_RETRY_S, BUSY_RETRIES = 0.001, 50   # another process's write burst: retry on the loop for ~50 ms
 
@@ -112,8 +93,8 @@ class Writer:
     """The thread running one store's calls, batch by batch. It holds no reference to the
     store: when the store is collected (or at exit) `stop()` flushes what is queued."""
 
-    def __init__(self, path: str, max_entries: int, max_bytes: int | None = None, evict: bool = True):
-        self.path, self.max_entries, self.evict = path, max_entries, evict
+    def __init__(self, path: str, max_entries: int, eviction: Eviction, max_bytes: int | None = None):
+        self.path, self.max_entries, self.eviction = path, max_entries, eviction
         self.limit = limit_pragma(max_bytes)
         self.queue: collections.deque = collections.deque()
         self.wake = threading.Event()
@@ -232,8 +213,8 @@ class Writer:
         except Exception as exc:
             if tx.db.in_transaction:
                 tx.db.execute("ROLLBACK")
-            if self.evict and is_full(exc) and evicted < EVICT_MAX:
-                freed = make_room(tx.db, max(1, evicted))
+            if is_full(exc):
+                freed = self.eviction.make_room(evicted, functools.partial(make_room, tx.db))
                 if freed:                   # the oldest entries went: the batch again
                     self._execute(batch, evicted + freed)
                     return
@@ -258,19 +239,9 @@ class Writer:
             by_loop.setdefault(future.get_loop(), []).append((future, value, ok))
         for loop, pairs in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle, pairs)
+                loop.call_soon_threadsafe(settle, pairs)
             except RuntimeError:    # the loop is closed: nobody is waiting any more
                 pass
-
-
-def _settle(pairs: list) -> None:
-    for future, value, ok in pairs:
-        if future.done():
-            continue
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
 
 
 def is_full(exc: Exception) -> bool:
@@ -293,14 +264,7 @@ def make_room(db: sqlite3.Connection, count: int) -> int:
         if db.in_transaction:
             db.execute("ROLLBACK")
         return 0
-    if gone:        # a warning the first time; then (a full store evicts at every write) debug
-        log.log(logging.DEBUG if _full_seen else logging.WARNING,
-                "store full: evicted its %d oldest entries (store_evict_when_full)", gone)
-        _full_seen.append(True)
     return gone
-
-
-_full_seen: list = []
 
 
 def evict_oldest(db: sqlite3.Connection, count: int) -> int:
@@ -338,13 +302,15 @@ class SqliteStore:
             except OSError as exc:
                 raise ConfigError(f"store: cannot create the directory of {path!r}: {exc}") from None
         self._db: sqlite3.Connection | None = None   # the event loop's
-        self._queued: list = []                      # writes of this loop step: (fn, kind, future)
+        self._step = StepBatch(self._apply_queued)   # writes of this loop step: (fn, kind, future)
         self._busy = 0                               # tries that found the database locked
         self._retry_armed = False
         self._on_thread = 0      # calls sent to the thread and not done: later calls follow them
         self._commits = 0
-        self._writer = Writer(path, bounds.max_entries, max_bytes, bounds.evict_when_full)
+        self.eviction = Eviction(bounds.evict_when_full, path)     # (the thread's and the loop's)
+        self._writer = Writer(path, bounds.max_entries, self.eviction, max_bytes)
         weakref.finalize(self, self._writer.stop)    # end the thread at exit or when dropped
+        self.capabilities = Capabilities(leases=self, attempts=self)
 
     # ---- plumbing --------------------------------------------------------------------
     def _loop_db(self) -> sqlite3.Connection | None:
@@ -380,10 +346,10 @@ class SqliteStore:
             db = self._loop_db()
             if db is not None:
                 if kind == READ:
-                    if self._queued:
+                    if self._step.queued:
                         self._apply_queued()
-                    if self._queued:            # another process holds the lock: wait for them
-                        await asyncio.wait([self._queued[-1][2]])
+                    if self._step.queued:       # another process holds the lock: wait for them
+                        await asyncio.wait([self._step.queued[-1][2]])
                     if not self._on_thread:
                         try:
                             return self._read(db, fn)
@@ -391,12 +357,7 @@ class SqliteStore:
                             if not is_busy(exc) or self.path == ":memory:":
                                 raise
                 else:
-                    loop = asyncio.get_running_loop()
-                    future = loop.create_future()
-                    if not self._queued:
-                        loop.call_soon(self._apply_queued)
-                    self._queued.append((fn, kind, future))
-                    return await asyncio.shield(future)
+                    return await asyncio.shield(self._step.add(fn, kind))
         return await self._on_writer(fn, kind)
 
     def _read(self, db: sqlite3.Connection, fn: Callable[[Tx], Any]) -> Any:
@@ -410,17 +371,16 @@ class SqliteStore:
             db.execute("COMMIT")
 
     def _make_room(self, exc: Exception, evicted: int) -> int:
-        """After a write found the file full: evict (1, 1, 2, 4, ... of each kind, up to
-        EVICT_MAX in all) when the settings allow; how many entries went."""
-        if not (self.bounds.evict_when_full and is_full(exc)) or evicted >= EVICT_MAX:
+        """After a write found the file full: the next round of `Eviction`; how many entries went."""
+        if not is_full(exc):
             return 0
-        return make_room(self._db, max(1, evicted))
+        return self.eviction.make_room(evicted, functools.partial(make_room, self._db))
 
     def _apply_queued(self, evicted: int = 0) -> None:
         """Apply the queued writes in one short transaction; when another process holds the
         lock, hand them (in order) to the thread, which waits for it. A full file evicts its
         oldest entries (`store_evict_when_full`) and the writes run again."""
-        queued, self._queued = self._queued, []
+        queued = self._step.take()
         if not queued:
             return
         db = self._db
@@ -428,11 +388,11 @@ class SqliteStore:
             db.execute("BEGIN IMMEDIATE")       # raises at once if another process writes
         except sqlite3.OperationalError as exc:
             if not is_busy(exc) or self.path == ":memory:":
-                _settle([(future, exc, False) for _, _, future in queued])
+                settle([(future, exc, False) for _, _, future in queued])
                 return
             self._busy += 1
             if self._busy <= BUSY_RETRIES:      # its bursts are short: try again in a moment
-                self._queued = queued + self._queued
+                self._step.queued[:0] = queued
                 if not self._retry_armed:
                     self._retry_armed = True
                     asyncio.get_running_loop().call_later(BUSY_RETRY_S, self._retry)
@@ -457,10 +417,10 @@ class SqliteStore:
                 if not db.in_transaction:       # SQLite undid the whole transaction (the file is full):
                     freed = self._make_room(exc, evicted)
                     if freed:                   # the oldest entries went: all of them again
-                        self._queued = queued + self._queued
+                        self._step.queued[:0] = queued
                         self._apply_queued(evicted + freed)
                         return
-                    _settle([(future, exc, False) for _, _, future in queued])  # every call failed
+                    settle([(future, exc, False) for _, _, future in queued])  # every call failed
                     return
                 db.execute("ROLLBACK TO call")
                 outcomes.append((future, exc, False))
@@ -471,9 +431,9 @@ class SqliteStore:
         except Exception as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            _settle([(future, exc, False) for _, _, future in queued])
+            settle([(future, exc, False) for _, _, future in queued])
             return
-        _settle(outcomes)
+        settle(outcomes)
         self._commits += 1
         if self._commits % MAINTAIN_EVERY == 0:
             if self.path == ":memory:":
@@ -505,7 +465,7 @@ class SqliteStore:
 
     async def flush(self) -> None:
         """Wait until every call made so far is done (and committed)."""
-        if self._queued:
+        if self._step.queued:
             self._apply_queued()
         if self._on_thread:
             await self._on_writer(lambda tx: None, READ)
