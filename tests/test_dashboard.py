@@ -29,7 +29,7 @@ def fake_plan(model: str, ttft: float, gap: float, tokens: int):
     return SimpleNamespace(model=model, first_token_at=ttft, end_at=times[-1],
                            usage=SimpleNamespace(input_tokens=12, reasoning_tokens=0,
                                                  total_tokens=12 + tokens),
-                           output=[SimpleNamespace(times=times)])
+                           token_times=lambda: [times])        # (llmsim.sim.plans.Plan)
 
 
 @pytest.fixture

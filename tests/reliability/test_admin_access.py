@@ -135,7 +135,7 @@ def test_no_key_reaches_the_logs_the_trace_or_the_stats(locked):
     stats = call(locked, "GET", "/llmsim/stats").text + call(locked, "GET", "/metrics").text
     import time
     deadline = time.monotonic() + 10      # the trace is flushed within a fraction of a second
-    while time.monotonic() < deadline and "/v1/responses" not in locked.trace.read_text():
+    while time.monotonic() < deadline and '"status":401' not in locked.trace.read_text().replace(" ", ""):
         time.sleep(0.1)
     trace = locked.trace.read_text()
     assert "/v1/responses" in trace and '"status":401' in trace.replace(" ", "")
