@@ -65,7 +65,7 @@ class Chunk(NamedTuple):
 
 
 @dataclass(slots=True)
-class ChatPlan:
+class ChatPlan(steps.Choices):     # (the Plan protocol: finish_reason content_filter / length)
     id: str
     created: int
     model: str
@@ -103,19 +103,6 @@ class ChatPlan:
     def replan_chunks(self) -> None:
         """The choices changed (a content filter cut them): build the stream again."""
         self._chunks = None
-
-    # -- the Plan protocol (llmsim.sim.plans) --
-    def token_times(self) -> list:
-        """The due times of each text choice's tokens."""
-        return steps.choice_times(self.choices)
-
-    def cut(self, k: int) -> None:
-        """A content filter stopped every choice after k tokens: finish_reason content_filter."""
-        steps.cut_choices(self, k)
-
-    def truncate(self) -> None:
-        """Every choice cut mid-value: finish_reason length."""
-        steps.truncate_choices(self)
 
     @property
     def time_to_first_token(self) -> float:

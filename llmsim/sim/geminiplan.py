@@ -86,7 +86,7 @@ class Candidate(Choice):
 
 
 @dataclass(slots=True)
-class GeminiPlan:
+class GeminiPlan(steps.Choices):     # (the Plan protocol: finishReason SAFETY / MAX_TOKENS)
     id: str
     created: int
     model: str
@@ -112,16 +112,6 @@ class GeminiPlan:
 
     def replan_chunks(self) -> None:
         """The candidates changed (a content filter cut them): `chunks` reads them anew anyway."""
-
-    # -- the Plan protocol (llmsim.sim.plans), as Chat's choices: finishReason SAFETY / MAX_TOKENS --
-    def token_times(self) -> list:
-        return steps.choice_times(self.choices)
-
-    def cut(self, k: int) -> None:
-        steps.cut_choices(self, k)
-
-    def truncate(self) -> None:
-        steps.truncate_choices(self)
 
 
 def turns(req: dict) -> list[inputs.Turn]:

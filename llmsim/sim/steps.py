@@ -163,3 +163,19 @@ def _replanned(plan: Any) -> None:
 def choice_times(choices: Sequence[Any]) -> list:
     """The due times of the choices' visible tokens (a choice of calls has none)."""
     return [times for choice in choices if len(times := choice.times)]
+
+
+class Choices:
+    """The Plan protocol's methods of a plan made of choices (Chat, completions, Gemini's
+    candidates): each choice's token times; a cut or truncation of every choice, which the
+    API's template words (finish_reason content_filter / length; finishReason SAFETY / MAX_TOKENS)."""
+    __slots__ = ()
+
+    def token_times(self) -> list:
+        return choice_times(self.choices)
+
+    def cut(self, k: int) -> None:
+        cut_choices(self, k)
+
+    def truncate(self) -> None:
+        truncate_choices(self)
