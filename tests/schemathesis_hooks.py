@@ -44,8 +44,8 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         for cap in GEMINI_CAPS:
             if isinstance(config, dict) and isinstance(config.get(cap), int) and not isinstance(config[cap], bool):
                 config[cap] = min(config[cap], MODEL_OUTPUT_LIMIT)
-    if body.get("previous_response_id") is not None:      # mutually exclusive with conversation
-        body.pop("conversation", None)
+    if body.get("previous_response_id") is not None:      # no stored response to continue: 400
+        body.pop("previous_response_id")                   # previous_response_not_found, as OpenAI
     choice = body.get("tool_choice")                        # a named function must be a tool
     if isinstance(choice, dict) and choice.get("type") == "function":
         named = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)}

@@ -174,3 +174,16 @@ async def test_405_allow_header_lists_every_documented_method(shared_app_client,
     assert response.status_code == 405
     allowed = {m.strip() for m in response.headers["allow"].split(",")} - {"HEAD"}
     assert allowed == documented
+
+
+async def test_an_integer_beyond_64_bits_is_echoed_not_a_500(app_client):
+    """JSON allows any integer; orjson stops at 64 bits, so such a value the answer echoes (a
+    tool's schema) is written by Python's json instead (llmsim.render.jsoncodegen)."""
+    huge = 2 ** 70
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object",
+                                                           "properties": {"x": {"type": "integer", "maximum": huge}}}}
+    async with app_client() as client:
+        answer = await client.post("/v1/responses", json={"model": "gpt-4o", "input": "hi", "tools": [tool],
+                                                          "tool_choice": "none"})
+    assert answer.status_code == 200
+    assert answer.json()["tools"][0]["parameters"]["properties"]["x"]["maximum"] == huge

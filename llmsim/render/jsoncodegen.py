@@ -53,6 +53,9 @@ def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: 
     raise ServerError.unexpected() from error
 
 
+BIG_INT = "Integer exceeds 64-bit range"      # orjson's TypeError for an int JSON allows, 64 bits do not
+
+
 class Gen(NamedTuple):
     """Generated code for one value: a Python expression giving its JSON bytes (None when the
     value is omitted), or `const`, the bytes of a value without expressions."""
@@ -213,6 +216,10 @@ class JsonCodegen:
         def write(ctx):
             try:
                 return fast(ctx)
+            except TypeError as exc:       # orjson's limit, not a template's: an integer beyond
+                if BIG_INT not in str(exc):     # 64 bits (a request's, echoed) is Python's json's
+                    failed(where, exc, reference, ctx)
+                return reference(ctx)
             except Exception as exc:       # a template error, logged and raised (`failed`)
                 failed(where, exc, reference, ctx)
         write.fast = fast           # for generated code that catches the exception itself
