@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 
+from llmsim.fleet import warm
 from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for tests' own servers)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,77 +97,10 @@ def _unit_tests_start_no_llmsim_process(request, monkeypatch):
     monkeypatch.setattr(subprocess.Popen, "__init__", checked)
 
 
-def _validate_each_document_once() -> None:
-    """connexion validates a document against the OpenAPI schema each time it builds a
-    Specification, once per base path: a fifth of `create_app`, which many in-process tests
-    call. Here each document is validated once. (The app hands connexion documents it read
-    itself, so connexion reads no file.)"""
-    from connexion.spec import Specification
-    validate, valid = Specification._validate_spec.__func__, set()
-
-    def validate_once(cls, spec):
-        key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
-        if key not in valid:
-            validate(cls, spec)
-            valid.add(key)
-    Specification._validate_spec = classmethod(validate_once)
-
-
-_validate_each_document_once()
-
-
-def _compile_each_template_directory_once() -> None:
-    """Compiling a directory of templates (generated Python, `compile`) is most of the rest of
-    `create_app`. Here a directory whose files are byte for byte those compiled before gets the
-    same compiled templates, each bound to this set's own `variables` (the app's settings)."""
-    import copy
-    import hashlib
-
-    from llmsim.render.templates import TemplateSet
-    init, compiled = TemplateSet.__init__, {}
-
-    def init_once(self, directory, variables=None):
-        root = Path(directory)
-        digest = hashlib.sha256()
-        for path in sorted(root.rglob("*.yaml")):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-        key = (str(root.resolve()), digest.hexdigest())
-        if key not in compiled:
-            init(self, directory, variables)
-            compiled[key] = self
-            return
-        self.__dict__.update(compiled[key].__dict__)
-        self.directory, self.templates = root, {}
-        for name, template in compiled[key].templates.items():
-            self.templates[name] = copy.copy(template)
-            self.templates[name].variables = variables or {}
-    TemplateSet.__init__ = init_once
-
-
-_compile_each_template_directory_once()
-
-
-def _parse_each_yaml_file_once() -> None:
-    """What is left of `create_app` is mostly reading YAML (the OpenAPI documents, several times,
-    and the data files). Here a file whose bytes were parsed before gets a deep copy of what
-    they gave; any other file (and every error) goes through `read_yaml` itself."""
-    import copy
-
-    from llmsim import datafiles
-    read, parsed = datafiles.read_yaml, {}
-
-    def read_once(path):
-        try:
-            key = (str(Path(path).resolve()), Path(path).read_bytes())
-        except OSError:
-            return read(path)
-        if key not in parsed:
-            parsed[key] = read(path)
-        return copy.deepcopy(parsed[key])
-    datafiles.read_yaml = read_once
-
-
-_parse_each_yaml_file_once()
+# Most of `create_app`, which many in-process tests call, is validating the OpenAPI documents,
+# compiling the template directory and parsing YAML: the same work each time. The fleet's
+# supervisor remembers each result by the bytes it came from (llmsim.fleet.warm); so does the suite.
+warm.install()
 
 
 class LiveServer(Server):
