@@ -235,6 +235,8 @@ def _serve(settings: Settings) -> int:
     tuned = settings.server == "tuned"
     # the store's form, the port, the host, Redis: one line each, before anything starts; one
     # tuned process listens on the socket bound here (llmsim.server.accepting)
+    from llmsim.observe import tracing
+    tracing.check(settings)         # OpenTelemetry asked for but not installed: before the port
     sock = preflight(settings, keep=tuned and settings.workers == 1)
     # --workers share a temp LMDB store (one process keeps its store in memory) and a stats
     # snapshot directory, in memory where there is one; both go when the server stops

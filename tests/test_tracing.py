@@ -205,7 +205,7 @@ def test_without_opentelemetry_installed_it_is_one_line_when_asked_for_and_nothi
     for variable in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                      "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
         monkeypatch.delenv(variable, raising=False)
-    assert cli.main(["serve", "--otlp-endpoint", "http://127.0.0.1:4318", "--port", "0"]) == 2
+    assert cli.main(["serve", "--otlp-endpoint", "http://127.0.0.1:4318", "--port", "1"]) == 2   # (before the port)
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "otlp_endpoint asks for OpenTelemetry" in err and "llmsim[otel]" in err
     from llmsim.app import create_app

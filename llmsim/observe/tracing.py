@@ -216,12 +216,21 @@ def create(settings, environ: Mapping[str, str] | None = None, *,
     follow. `instance_id`: the resource's service.instance.id (default: host name and process id,
     unless OTEL_RESOURCE_ATTRIBUTES names one)."""
     environ = os.environ if environ is None else environ
-    why = wanted(settings, environ)
-    if why is None:
+    if not check(settings, environ):
         return None
+    apis = load_apis(settings.data_file("genai.yaml"))
+    return Tracing(otlp.Exporter(otlp.Config.load(settings, environ, instance_id or settings.instance_id), apis),
+                   apis)
+
+
+def check(settings, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether OpenTelemetry is asked for; ConfigError (one line) when it is but is not installed
+    (`llmsim serve` asks before it binds its port)."""
+    why = wanted(settings, os.environ if environ is None else environ)
+    if why is None:
+        return False
     absent = otlp.missing()
     if absent is not None:
         raise ConfigError(f"{why} asks for OpenTelemetry, which is not installed ({absent} is missing): "
                           "pip install 'llmsim[otel]', or unset it")
-    apis = load_apis(settings.data_file("genai.yaml"))
-    return Tracing(otlp.Exporter(otlp.Config.load(settings, environ, instance_id), apis), apis)
+    return True
