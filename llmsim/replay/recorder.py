@@ -59,6 +59,12 @@ class Exchange:
             if event is not None:
                 self.events.append(event)
 
+    def whole(self, headers) -> bool:
+        """A JSON body all of whose `content-length` bytes arrived (its relay may be cancelled
+        as the client, which has read it all, moves on)."""
+        length = headers.get("content-length")
+        return not self.streamed and length is not None and length.isdigit() and len(self.buffer) == int(length)
+
     def fixture(self, recorded_at: float) -> dict:
         response: dict = {"status": self.status, "headers": self.headers}
         if self.streamed:
@@ -141,8 +147,9 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
                 ended = True
             finally:
                 await answer.aclose()
-                if exchange is not None and ended:      # an answer cut short is not a fixture
-                    _save(exchange, out, number, parents)
+                if exchange is not None and (ended or exchange.whole(answer.headers)):   # one cut short is not
+                    _save(exchange, out, number, parents)       # a fixture; a whole body is, if the relay
+                                                                # was cancelled after its last chunk
                 unsaved.discard(written)
                 written.set()
         passed = {k: v for k, v in answer.headers.items() if k not in DROP_RESPONSE}
