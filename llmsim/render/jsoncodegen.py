@@ -128,6 +128,14 @@ def _concat(parts: list) -> str:
 # a value `{{ seq }}` or `{{ ...index }}` (an event's sequence number, a loop's index, an
 # item's): written from a table of small ints, cheaper than a call of orjson
 _COUNTER = re.compile(r"^\{\{\s*(?:[A-Za-z_]\w*\.)*(?:seq|\w*index)\s*\}\}$")
+LOOP_RUN = re.compile(r"\b_lr\d+\b")     # a local holding what one run of a step loop computes once
+
+
+def loop_runs(code: str) -> list[str]:
+    """The loop-run locals (`_lrN`) `code` reads, each once, in order."""
+    return list(dict.fromkeys(LOOP_RUN.findall(code)))
+
+
 LOCAL = "@"     # marks a read of a variable the writer binds itself (a `$for`'s, a `$with`'s)
 
 
@@ -167,6 +175,7 @@ class JsonCodegen:
         self._reads: list = []                    # ... and each dict entry being generated reads
         self._memo_ids = itertools.count()
         self.bound: set[str] = {"seq"}            # variables templates (re)bind: never memoised
+        self._loop_fixed: frozenset[str] = frozenset()  # ... but these, per run of a step loop (`writer`)
         self._memo = True                         # memoise what can be (`writer`'s `once`)
         # variables whose value may change between the events of one render (loops'), and
         # whether an object's own writer is being generated (its context may hold any `$with`)
@@ -184,14 +193,17 @@ class JsonCodegen:
                        "const": lambda node, where: _const(dumps(node))}
 
     def writer(self, node: Any, where: str, reference: Writer, name: str | None = None,
-               once: bool = False) -> Writer:
+               once: bool = False, loop_fixed: frozenset[str] = frozenset()) -> Writer:
         """`node`'s JSON writer: generated code, guarded by `failed` (with `reference`, the
         closure writer, to name the error) when it raises; the writer
         of the object `name`, when given, which other writers may call.
         `once`: the value is written once per render (a template's `body`), so nothing of it
-        is memoised (a memo costs a look-up and a store per entry, and saves nothing)."""
-        outer = self._memo, self._in_object
-        self._memo = not once
+        is memoised (a memo costs a look-up and a store per entry, and saves nothing).
+        `loop_fixed`: for an event inside a stream's loop, the variables of outer loops, which
+        keep their values while that loop runs: what reads only them (and the render's
+        variables) is computed once per run of the loop, into a local (`LOOP_RUN`)."""
+        outer = self._memo, self._in_object, self._loop_fixed
+        self._memo, self._loop_fixed = not once, frozenset(loop_fixed)
         self._in_object = name is not None
         try:
             if once and not static(node):       # built as one value, serialised once
@@ -199,7 +211,7 @@ class JsonCodegen:
             else:
                 gen, names = self._scoped(node, where)
         finally:
-            self._memo, self._in_object = outer
+            self._memo, self._in_object, self._loop_fixed = outer
         if gen.const is not None:
             data = gen.const
             fast = lambda ctx: data         # noqa: E731
@@ -291,6 +303,7 @@ class JsonCodegen:
         lines = [f"def {name}(ctx):"]
         if re.search(r"\b_m\[", code):
             lines.append("    _m = ctx['__memo']")
+        lines += [f"    {local} = None" for local in loop_runs(code)]     # (called alone: no loop's run)
         optional = {var for var in names if f"given(_n_{var}," in code}    # often missing
         for var in sorted(optional):
             self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
@@ -430,7 +443,8 @@ class JsonCodegen:
         """A dict entry's code, and the memo that may keep it (None: computed every time). An
         entry that embeds no object (whose reads are not tracked) and reads only variables
         that no template rebinds (the ones a template is rendered with: plan, req, ...) has
-        one value per render (`_m`)."""
+        one value per render (`_m`); one whose rebound variables are all `_loop_fixed`, one value
+        per run of its event's loop (`_lr`: a local of the stream's function, `LOOP_RUN`)."""
         reads: set[str] = set()
         self._reads.append(reads)
         try:
@@ -442,20 +456,26 @@ class JsonCodegen:
         if not self._memo or gen.omittable or "__opaque__" in reads or any(read[0] == LOCAL for read in reads):
             return gen, None
         rebound = reads & self.bound
-        return gen, "_m" if not rebound else None
+        return gen, "_m" if not rebound else "_lr" if rebound <= self._loop_fixed else None
 
     def _memoised(self, entries: list) -> list:
         """Runs of memoisable entries -> one entry each whose code is looked up in a memo: the
-        render's (`ctx['__memo']`, one dict per `Template.events` / `body_json` call)."""
+        render's (`ctx['__memo']`, one dict per `Template.events` / `body_json` call), or, when
+        one entry of the run reads an outer loop's variable, a local set once per run of the
+        event's loop (`_lrN`, None until then: llmsim.render.stepcodegen resets it as the loop starts)."""
         out, run = [], []
 
         def close_run():
             if any(g.const is None for _, g, _ in run):
-                key, memo = next(self._memo_ids), "_m"
+                key = next(self._memo_ids)
                 parts: list = []
                 for i, (prefix, g, _) in enumerate(run):
                     parts += [b"," + prefix if i else prefix, g.const if g.const is not None else g]
-                code = f"({memo}[{key}] if {key} in {memo} else {memo}.setdefault({key}, {_concat(parts)}))"
+                if any(m == "_lr" for _, _, m in run):
+                    local = f"_lr{key}"
+                    code = f"({local} if {local} is not None else ({local} := {_concat(parts)}))"
+                else:
+                    code = f"(_m[{key}] if {key} in _m else _m.setdefault({key}, {_concat(parts)}))"
                 out.append((b"", Gen(code), None))
             else:
                 out.extend(run)

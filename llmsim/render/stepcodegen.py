@@ -14,6 +14,7 @@ import itertools
 from typing import Any, Callable, Iterator
 
 from llmsim.render import sse
+from llmsim.render.jsoncodegen import loop_runs
 from llmsim.render.template_syntax import LOOP
 
 
@@ -112,6 +113,15 @@ class _Yield:
 EVENTS, FRAMES, MARKED = "events", "frames", "marked"
 
 
+def _texts(line) -> list[str]:
+    """The code text of one line of a stream function being made (a string, or one of the above)."""
+    if isinstance(line, str):
+        return [line]
+    if isinstance(line, _Data):
+        return [*line.plain, *(line.framed or ())]
+    return getattr(line, "code", None) or []
+
+
 class StepCodegen:
     def __init__(self, compiler, event_class: type, marked_class: type):
         self.compiler = compiler
@@ -173,6 +183,7 @@ class StepCodegen:
             # the loop's steps test or loop, else only where the context is read whole (`_fill`)
             bound = {name: f"{inner}_{name}" for name in (*names, *([index] if index else []))}
             whole = self._whole(ctx)
+            begins = len(lines)
             lines.append(f"{pad}{inner} = {{**{whole}}}")
             target = ", ".join(bound[name] for name in names)
             if index:
@@ -186,6 +197,9 @@ class StepCodegen:
                                       f"({''.join(local + ', ' for local in bound.values())}))")
             self._block(step.get("steps", []), f"{where}.steps", inner, depth + 1, lines,
                         (*loops, frozenset(bound)), {**held, **bound})
+            # what its events compute once per run of the loop (jsoncodegen's `_lrN`), unset as it starts
+            runs = loop_runs("\n".join(text for line in lines[begins:] for text in _texts(line)))
+            lines[begins:begins] = [f"{pad}{local} = None" for local in runs]
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
@@ -204,7 +218,9 @@ class StepCodegen:
             return
         compiler.value(step.get("data"), f"{where}.data")          # checks the value, names errors
         lines.append(f"{pad}{ctx}['seq'] = _seq")
-        writer = compiler.json_writer(step.get("data"), f"{where}.data")
+        # what outer loops bound keeps its value while the innermost loop runs
+        fixed = frozenset().union(*loops[:-1]) - loops[-1] - {"seq"} if loops else frozenset()
+        writer = compiler.json_writer(step.get("data"), f"{where}.data", loop_fixed=fixed)
         given, plain = {**held, "seq": "_seq"}, []
         self._call("_json", writer, ctx, pad, plain, given)
         framed = self._framed(writer, name, ctx, pad, given)

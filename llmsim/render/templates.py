@@ -124,12 +124,13 @@ class Compiler:
         """`node`'s value by generated code, backed by the closure."""
         return self.codegen.value_function(node, where, reference=self.value(node, where))
 
-    def json_writer(self, node: Any, where: str, name: str | None = None,
-                    once: bool = False) -> Callable[[dict], bytes | None]:
+    def json_writer(self, node: Any, where: str, name: str | None = None, once: bool = False,
+                    loop_fixed: frozenset[str] = frozenset()) -> Callable[[dict], bytes | None]:
         """`node`'s JSON bytes writer: generated code, the closure writer naming its errors (the
-        object `name`'s, when given: other writers call or inline it); `once`: see
-        `JsonCodegen.writer`."""
-        return self.codegen.writer(node, where, reference=self.json.value(node, where), name=name, once=once)
+        object `name`'s, when given: other writers call or inline it); `once` and `loop_fixed`:
+        see `JsonCodegen.writer`."""
+        return self.codegen.writer(node, where, reference=self.json.value(node, where), name=name, once=once,
+                                   loop_fixed=loop_fixed)
 
     def expression(self, source: str, where: str) -> Node:
         source = source.strip()
