@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from functools import cached_property
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -151,7 +152,7 @@ class Settings:
     instance_id: str | None = None      # this server's name in a fleet (its backend's, e.g. fast-0)
     latency_factor: float = 1.0         # every latency (TTFT, gaps) multiplied by this (a `slow` outage)
 
-    @property
+    @cached_property
     def usage(self) -> str:
         """The usage arithmetic (llmsim or openai): `usage_semantics` when set, else `compat`'s
         (vllm counts as OpenAI does)."""

@@ -52,8 +52,8 @@ class Adapter:
         """Whether scenarios may script this request (asked only when one might)."""
         return True
 
-    def context(self, req: dict, ctrl) -> Context:
-        return self.sim.context(self.model(req), ctrl)
+    def context(self, req: dict, ctrl) -> Context:      # (an adapter with its own `model` has its own)
+        return self.sim.context(req["model"], ctrl)
 
     def turns(self, call: Call) -> list[inputs.Turn]:
         """The conversation so far, the request's own turns last (what scenarios count)."""

@@ -40,6 +40,9 @@ class Operation:
     fast: t.Any          # jsonschema_rs validator: the happy path
     full: t.Any          # jsonschema validator: names the bad field
     optional: bool = False   # requestBody.required is false: no body reads as {}
+    # the handler's own answer to a body and its scope, when it has one (a generating
+    # operation: llmsim.api.handlers.generate), which needs no request context set
+    scoped: t.Callable[[dict, Scope], t.Awaitable[t.Any]] | None = None
     # bodies (JSON text) found valid: a load test sends the same body again and again
     valid: set[bytes] = field(default_factory=set, compare=False)
 
@@ -63,10 +66,14 @@ class Operation:
         content_type = _content_type(scope)     # as llmsim.api.guard spells JSON
         if content_type != JSON and content_type.split(";", 1)[0] != JSON:
             raise unsupported_media_type(content_type)
-        raw = await read_body(receive)
+        message = await receive()       # (the whole body, mostly: read_body for the rest)
+        raw = message.get("body", b"") if message["type"] == "http.request" and not message.get("more_body") \
+            else await read_body(receive, message)
         body = json_body(raw, not self.optional)
         if raw not in self.valid:
             self.check(body, raw)
+        if self.scoped is not None:
+            return await self.scoped(body, scope)
         enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
         return await self.handler(body)
 
@@ -106,9 +113,10 @@ def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> 
                   .get("application/json") or {}).get("schema")
         if schema is None:
             continue
-        op = Operation(resolve(post["operationId"]),
-                       jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
-                       compile_schema(schema), not post["requestBody"].get("required", False))
+        handler = resolve(post["operationId"])
+        op = Operation(handler, jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
+                       compile_schema(schema), not post["requestBody"].get("required", False),
+                       getattr(getattr(handler, "__self__", None), "scoped", None))
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops

@@ -32,20 +32,15 @@ if TYPE_CHECKING:   # types only
 Adapter = Any       # an llmsim.api.adapters.Adapter (which imports this module's Call)
 
 CONTROL = tuple((name, name.encode()) for name in (FAULT_HEADER, SCENARIO_HEADER, SEED_HEADER))
+(_, FAULT), (_, SCENARIO), (_, SEED) = CONTROL
 KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")     # Anthropic's and Gemini's, besides Authorization
 
 
 def control(headers: Mapping[bytes, bytes] | None) -> dict[str, str] | None:
     """The llmsim headers a request carries ({name: value}), None for none (most requests)."""
-    found = None
-    if headers:
-        for name, raw in CONTROL:
-            value = headers.get(raw)
-            if value is not None:
-                if found is None:
-                    found = {}
-                found[name] = value.decode("latin-1")
-    return found
+    if not headers or (FAULT not in headers and SCENARIO not in headers and SEED not in headers):
+        return None
+    return {name: value.decode("latin-1") for name, raw in CONTROL if (value := headers.get(raw)) is not None}
 
 
 def api_key(headers: Mapping[bytes, bytes] | None) -> str:
@@ -64,14 +59,12 @@ def api_key(headers: Mapping[bytes, bytes] | None) -> str:
 
 
 class Call:
-    """One request on its way through the stages."""
-    __slots__ = ("adapter", "req", "headers", "control", "start", "prior", "fault", "ctx", "plan", "ticket",
-                 "admission", "added", "extra")
+    """One request on its way through the stages (what a stage has not set yet: None)."""
+    prior = fault = ctx = plan = ticket = admission = added = extra = None
+    # (no __slots__: the stages' results default to these class attributes, not set per call)
 
-    def __init__(self, adapter: Adapter, req: dict, headers, ctrl, start: float, extra: Any = None):
+    def __init__(self, adapter: Adapter, req: dict, headers, ctrl, start: float):
         self.adapter, self.req, self.headers, self.control, self.start = adapter, req, headers, ctrl, start
-        self.prior = self.fault = self.ctx = self.plan = self.ticket = self.admission = self.added = None
-        self.extra = extra          # what the adapter's transport needs (a WebSocket connection)
 
 
 class Pipeline:

@@ -137,16 +137,19 @@ def unsupported_media_type(given: str) -> UnsupportedMediaTypeError:
         f"'Content-Type: {given}'. Please try again with a supported content type.")
 
 
-async def read_body(receive) -> bytes:
-    """A request's whole body from its ASGI `receive` channel."""
+async def read_body(receive, message: dict | None = None) -> bytes:
+    """A request's whole body from its ASGI `receive` channel (`message`: the first one, if
+    read already)."""
     chunks = []
     while True:
-        message = await receive()
+        if message is None:
+            message = await receive()
         if message["type"] == "http.disconnect":
             raise InvalidRequestError("The client disconnected before sending the whole body.")
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = None
 
 
 def json_body(raw: bytes, required: bool) -> t.Any:

@@ -250,7 +250,8 @@ class Connection:
         if pipeline.refresh is not None:
             pipeline.refresh()          # settings changed at runtime by another process
         body, self.generate = parse_frame(raw, self.endpoint.validator)
-        call = Call(self.endpoint.adapter, body, self.headers, self.control, start, self)
+        call = Call(self.endpoint.adapter, body, self.headers, self.control, start)
+        call.extra = self           # (the connection: what the adapter's transport needs)
         await pipeline.run(call)
         await self.send(call)
 

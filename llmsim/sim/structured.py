@@ -33,14 +33,19 @@ JSON_OBJECT = {
 
 def responses_schema(body: dict) -> dict | None:
     """The schema a Responses request's `text.format` asks the text to fit (None: plain text)."""
-    fmt = (body.get("text") or {}).get("format")
+    text = body.get("text")
+    if text.__class__ is not dict:      # (most requests: none)
+        return None
+    fmt = text.get("format")
     return _schema(fmt, fmt)
 
 
 def chat_schema(body: dict) -> dict | None:
     """The schema a Chat request's `response_format` asks the content to fit (None: plain text)."""
     fmt = body.get("response_format")
-    return _schema(fmt, (fmt or {}).get("json_schema"))
+    if fmt.__class__ is not dict:       # (most requests: none)
+        return None
+    return _schema(fmt, fmt.get("json_schema"))
 
 
 def anthropic_schema(body: dict) -> dict | None:

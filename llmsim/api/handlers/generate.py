@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.server.context import RECEIVED_AT
+
 if TYPE_CHECKING:   # types only
     from llmsim.api.adapters import Adapter
     from llmsim.api.current import Current
@@ -16,5 +18,10 @@ class Generating:
 
     async def create(self, body: dict):
         return await self.answer(self.adapter, body, self.received_at())
+
+    def scoped(self, body: dict, scope):
+        """The fast lane's call (llmsim.api.fastpath): when the server read it, from its scope."""
+        extensions = scope.get("extensions")
+        return self.answer(self.adapter, body, extensions.get(RECEIVED_AT) if extensions else None)
 
     compact = create        # POST /responses/compact's operation
