@@ -166,7 +166,7 @@ stream:
 """)
     events = list(t.events(numbers=[3, JsonCodegen.MAX_PICKS]))
     assert [e.data for e in events] == [{"picked": {"n": 3, "v": 6}},
-                                        {"picked": {"n": JsonCodegen.MAX_PICKS, "v": 16}}]
+                                        {"picked": {"n": JsonCodegen.MAX_PICKS, "v": 2 * JsonCodegen.MAX_PICKS}}]
 
 
 def test_a_stream_frame_holds_the_object_its_chunk_picks_inside_a_list_of_another(compile_one):

@@ -155,7 +155,7 @@ class _Without:
 class JsonCodegen:
     """Generates the fast writer of a template value; `compiler` is `templates.Compiler`."""
 
-    MAX_PICKS = 8       # objects an `$object` named by expression may pick, to be inlined
+    MAX_PICKS = 12      # objects an `$object` named by expression may pick, to be inlined
     GUARDED = True      # False: a writer raises what its code raises, unlogged (tests: the
                         # generated code must give every byte by itself)
 

@@ -70,7 +70,7 @@ class ValueCodegen:
         if found is None:
             return None
         dotted, picks = found
-        extra, known = node.get("$with") or {}, cg.known()
+        extra, known = node.get("$with") or {}, cg.known() | set(cg.compiler.env.globals)   # (`given`, `omit`)
         kept = {}
         for part, obj in picks.items():
             free = cg.free_names({"$object": obj, "$with": extra})
