@@ -91,7 +91,7 @@ MAX_PATHS = 1024        # paths whose claim is remembered (beyond: worked out ea
 class Apis:
     def __init__(self, documents: list[Document]):
         self.documents = documents
-        self._claims: dict[str, tuple] = {}     # path -> its `_claims_of`
+        self.claims: dict[str, tuple] = {}      # path -> its `_claims_of` (empty: no document claims it)
 
     @classmethod
     def load(cls, directory: Path, main: Path) -> "Apis":
@@ -123,11 +123,11 @@ class Apis:
         """The request as served: under a document's own base path when it is the document's
         under a shared one (it carries the document's header, or names one of its paths)."""
         path = scope["path"]
-        claims = self._claims.get(path)
+        claims = self.claims.get(path)
         if claims is None:
             claims = self._claims_of(path)
-            if len(self._claims) < MAX_PATHS:
-                self._claims[path] = claims
+            if len(self.claims) < MAX_PATHS:
+                self.claims[path] = claims
         for header, moved in claims:
             if header is None or header in headers:
                 return {**scope, "path": moved, "raw_path": moved.encode()}

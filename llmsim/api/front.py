@@ -77,6 +77,7 @@ class Front:
         self.render_error = render_error        # (error, path): in the envelope of path's API
         # other providers' documents (llmsim.api.apis): one moves a request it claims under its own base path
         self.claim = apis.claim if apis is not None and apis.documents else None
+        self.claims = apis.claims if self.claim is not None else None       # (a path no document claims: ())
         self.eager_ok = not sim.store.needs_task
         self.webhooks = sim.state.webhooks
         self.jobs = sim.state.jobs                # keeps this process's lease on background responses
@@ -149,7 +150,7 @@ class Front:
         observer = self.observer
         headers = dict(scope["headers"])
         ex = observer.begin(scope, path, headers)
-        if self.claim is not None:
+        if self.claim is not None and self.claims.get(path) != ():
             scope = self.claim(scope, headers)
         if self.body_timeout is not None and (b"content-length" in headers or b"transfer-encoding" in headers) \
                 and not (self.tuned and body_arrived(scope)):     # (`_bounded`, inline)

@@ -121,26 +121,34 @@ class Pipeline:
         if adapter.history and call.prior is None:     # what it continues (none: known at once)
             call.prior = adapter.known(call) or await adapter.prior(call)
         ctx = call.ctx = adapter.context(req, ctrl)
-        if fault.fault is not None:     # a content fault changes what is said
+        faulted = fault.fault is not None
+        if faulted:                     # a content fault changes what is said
             script = fault.answer(script, req, ctx)
         plan = call.plan = adapter.plan(call, ctx, script)
         if self.limiter is not None:    # its cost, or 429
             call.added = await self.take(call, ctx.model, plan)
-        if fault.fault is not None:
+        if faulted:
             plan = call.plan = fault.shape(plan)
+        if adapter.marks or (self.serving is not None and adapter.serves):
+            await self.slot(call, plan, ctx)
+        if adapter.records:             # (a WebSocket turn is counted as it is sent)
+            ticket = call.ticket
+            sim.stats.record(plan, adapter.endpoint, bool(req.get("stream")), ticket.delay if ticket is not None else 0.0)
+
+    async def slot(self, call: Call, plan, ctx) -> None:
+        """The serving model's slot or place in the queue, prefill and prefix cache (where it is
+        on), or the prefix cache's marked prefixes only (Anthropic's `cache_control`)."""
+        adapter, req = call.adapter, call.req
         params = None
         if self.serving is not None and adapter.serves:
-            params = self.serving.params(sim.settings, ctx.profile)
+            params = self.serving.params(self.sim.settings, ctx.profile)
         if adapter.marks and (params is None or not params.prefix_cache):     # marked prefixes only
-            await adapter.read_marks(call, sim.serving.cache)
+            await adapter.read_marks(call, self.sim.serving.cache)
         if params is not None:          # a slot or a place in the queue, prefill, the prefix cache
             call.admission = self.serving.enter(params, plan, adapter.cache_key(req), adapter.cache_turns(call),
                                                 ctx.model.encoding, call.start)
             if not adapter.deferred(req):       # (a background job waits for its turn itself)
                 call.ticket = await call.admission.ticket()
-        if adapter.records:             # (a WebSocket turn is counted as it is sent)
-            sim.stats.record(plan, adapter.endpoint, bool(req.get("stream")),
-                             call.ticket.delay if call.ticket is not None else 0.0)
 
     async def take(self, call: Call, model, plan) -> list | None:
         """Take the request's cost from its rate limits: the headers the answer carries (None:
