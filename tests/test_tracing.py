@@ -174,6 +174,52 @@ def test_anthropic_and_gemini_give_their_provider_names(server, receiver):
     assert span["attributes"]["http.route"].endswith("/models/{model}:generateContent")     # the model: a parameter
 
 
+def _ws_turn(conn) -> list:
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return events
+    raise AssertionError("the socket closed mid-turn")
+
+
+def test_each_websocket_turn_is_a_server_span_joined_to_the_upgrades_trace(server, receiver):
+    trace = "3af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{trace}-c7ad6b7169203331-01", "tracestate": "ws=1"}
+    with server.client().responses.connect(extra_headers=headers) as conn:
+        conn.response.create(model="trace-ws", input="Say hello.", max_output_tokens=4000)
+        first = _ws_turn(conn)[-1].response
+        conn.response.create(model="trace-ws", input="Again.", previous_response_id=first.id)
+        second = _ws_turn(conn)[-1].response
+        conn.response.create(model="trace-ws", input="Hi", previous_response_id="resp_missing")
+        [error] = _ws_turn(conn)
+    assert error.type == "error"
+
+    def turns(r):
+        found = [s for s in server_spans(r) if s["trace_id"] == trace]
+        return found if len(found) >= 3 else None
+    spans = receiver.wait(turns, timeout=30)
+    assert spans and len(spans) == 3, spans
+    assert {(s["parent_span_id"], s["trace_state"]) for s in spans} == {("c7ad6b7169203331", "ws=1")}
+    by_id = {s["attributes"].get("gen_ai.response.id"): s for s in spans}
+    for response in (first, second):
+        span = by_id[response.id]
+        attributes = span["attributes"]
+        assert span["name"] == "chat trace-ws"
+        assert (attributes["gen_ai.provider.name"], attributes["openai.api.type"]) == ("openai", "responses")
+        assert attributes["gen_ai.usage.input_tokens"] == response.usage.input_tokens
+        assert attributes["gen_ai.usage.output_tokens"] == response.usage.output_tokens
+        assert attributes["gen_ai.response.finish_reasons"] == [response.status]
+        assert attributes["gen_ai.request.stream"] is True
+        assert attributes["gen_ai.response.time_to_first_chunk"] > 0       # --profile fast: some ms
+        assert attributes["http.response.status_code"] == 101              # the turn rides the upgrade
+        assert "error.type" not in attributes
+    assert by_id[first.id]["attributes"]["gen_ai.request.max_tokens"] == 4000
+    failed = by_id[None]
+    assert failed["attributes"]["error.type"] == "previous_response_not_found"
+    assert failed["attributes"]["http.response.status_code"] == 400
+
+
 def test_the_genai_server_metrics_arrive(server, receiver):
     client = server.client()
     answers = [client.chat.completions.create(model="trace-metrics", messages=[{"role": "user", "content": "Hi."}])

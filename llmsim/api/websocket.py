@@ -59,6 +59,8 @@ from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim.websocket")
 CREATE = "response.create"
+TRACED_API = "responses"    # a turn's span: the Responses API's (llmsim/data/genai.yaml)
+UPGRADED = 101              # a turn's http.response.status_code: its connection's upgrade
 REQUEST_SCHEMA = "CreateResponseRequest"
 CLOSE_NORMAL, CLOSE_TRY_AGAIN_LATER = 1000, 1013
 CLOSE_DROPPED = 1011       # an injected stream_drop fault: the socket ends mid-response
@@ -145,6 +147,7 @@ class ResponsesSocket:
         self.ws_errors = sim.templates["websocket"]
         self.http_errors = sim.templates["errors"]
         self.open = 0
+        self.tracing = None         # llmsim.observe.tracing's, when OpenTelemetry is on (set by llmsim.app)
 
     def router(self, base_paths) -> Router:
         routes = [WebSocketRoute(f"{base}/responses", self.endpoint) for base in base_paths]
@@ -245,6 +248,34 @@ class Connection:
 
     async def respond(self, raw: str | bytes) -> None:
         """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`."""
+        tracing = self.endpoint.tracing
+        if tracing is None:
+            await self._respond(raw, None)
+            return
+        # OpenTelemetry: a SERVER span per turn, a child of the upgrade request's traceparent
+        turn = tracing.start("GET", self.websocket.scope.get("path", ""), self.headers, api=TRACED_API)
+        call = None
+        try:
+            call = await self._respond(raw, turn)
+        except APIError as exc:
+            turn.end(exc.status, exc.code or exc.type, getattr(exc, "injected", False))
+            raise
+        except ConnectionDrop:
+            turn.end(0, *_fault_of(call))
+            raise
+        except Exception as exc:
+            if isinstance(exc, GONE):   # the client left mid-turn
+                turn.end(0, *(_fault_of(call) if call is not None else ("no_response", False)))
+            else:
+                turn.end(500, "server_error")
+            raise
+        except BaseException:           # cancelled: the connection's age limit, or the server stops
+            turn.end(0, "no_response")
+            raise
+        else:
+            turn.end(UPGRADED, *_fault_of(call))
+
+    async def _respond(self, raw: str | bytes, turn) -> Call:
         pipeline = self.endpoint.pipeline
         start, self.began = self.sim.clock.now(), time.perf_counter()
         if pipeline.refresh is not None:
@@ -252,7 +283,10 @@ class Connection:
         body, self.generate = parse_frame(raw, self.endpoint.validator)
         call = Call(self.endpoint.adapter, body, self.headers, self.control, start, self)
         await pipeline.run(call)
+        if turn is not None:
+            turn.planned(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
         await self.send(call)
+        return call
 
     async def send(self, call: Call) -> None:
         """A planned turn's events as frames, paced (slowed by the load, with a serving ticket),
@@ -295,6 +329,15 @@ class Connection:
         if not getattr(exc, "injected", False):       # injected faults count when they are chosen
             self.sim.stats.error(exc.code or exc.type)
         await self.websocket.send_text(self.endpoint.ws_errors.body_json(error=exc).decode())
+
+
+def _fault_of(call: Call | None) -> tuple[str | None, bool]:
+    """A turn's (error.type, injected): the simulated fault chosen for it, if any (as for HTTP,
+    whatever the fault then did)."""
+    injection = call.fault if call is not None else None
+    if injection:
+        return injection.fault.kind.name, True
+    return None, False
 
 
 def _duration(seconds: float) -> str:
