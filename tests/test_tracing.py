@@ -154,6 +154,14 @@ def test_an_injected_fault_is_the_spans_error_type(server, receiver):
     assert span["attributes"]["llmsim.fault.injected"] is True
 
 
+def test_each_choices_finish_reason_is_on_the_span(server, receiver):
+    answer = server.client().chat.completions.create(model="trace-choices", n=2, max_tokens=3,
+                                                     messages=[{"role": "user", "content": "Say something long."}])
+    span = one_span(receiver, **{"gen_ai.response.id": answer.id})
+    assert span["attributes"]["gen_ai.response.finish_reasons"] == [c.finish_reason for c in answer.choices]
+    assert span["attributes"]["gen_ai.request.max_tokens"] == 3
+
+
 def test_anthropic_and_gemini_give_their_provider_names(server, receiver):
     message = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-test", max_retries=0).messages.create(
         model="trace-claude", max_tokens=20, messages=[{"role": "user", "content": "Say something."}])
