@@ -440,9 +440,13 @@ class Processor:
         return _field(b"\x0a", res), _field(b"\x0a", scope)
 
     def spans_request(self, spans: list[bytes]) -> bytes:
+        """ExportTraceServiceRequest { ResourceSpans { resource, ScopeSpans { scope, spans } } },
+        each span framed by `record`: joined in one copy."""
         resource, scope = self._head
-        scope_spans = _field(b"\x12", scope + b"".join(spans))       # each span framed by `record`
-        return _field(b"\x0a", resource + scope_spans)
+        size = len(scope) + sum(map(len, spans))
+        scope_spans = b"\x12" + _varint(size)
+        return b"".join([b"\x0a", _varint(len(resource) + len(scope_spans) + size), resource, scope_spans, scope,
+                         *spans])
 
     # -- the sender thread -------------------------------------------------------------------
     def queue_send(self, action, payload, block: bool = False) -> None:
