@@ -12,6 +12,7 @@ import openai
 import pytest
 from google import genai
 from google.genai import types
+from websockets.exceptions import ConnectionClosed
 
 from llmsim import cli
 from llmsim.settings import Settings
@@ -152,6 +153,21 @@ def test_an_injected_fault_is_the_spans_error_type(server, receiver):
     assert span["status"] == 2                              # STATUS_CODE_ERROR
     assert span["attributes"]["gen_ai.operation.name"] == "chat"
     assert span["attributes"]["llmsim.fault.injected"] is True
+
+
+def test_a_websocket_turn_cut_by_a_stream_drop_fault_is_an_error_span(server, receiver):
+    trace = "4af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{trace}-d7ad6b7169203331-01", "x-llmsim-fault": "stream_drop"}
+    with pytest.raises(ConnectionClosed):       # the socket closes (1011) mid-turn
+        with server.client().responses.connect(extra_headers=headers) as conn:
+            conn.response.create(model="trace-ws-drop", input="Say hello.")
+            _ws_turn(conn)
+    found = receiver.wait(lambda r: [s for s in server_spans(r) if s["trace_id"] == trace], timeout=30)
+    assert len(found) == 1, found
+    attributes = found[0]["attributes"]
+    assert (attributes["error.type"], attributes["llmsim.fault.injected"]) == ("stream_drop", True)
+    assert attributes["gen_ai.request.model"] == "trace-ws-drop"
+    assert found[0]["status"] == 2                          # STATUS_CODE_ERROR
 
 
 def test_each_choices_finish_reason_is_on_the_span(server, receiver):

@@ -247,46 +247,29 @@ class Connection:
                 await self.send_error(ServerError.unexpected())
 
     async def respond(self, raw: str | bytes) -> None:
-        """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`."""
+        """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`.
+        With OpenTelemetry on, a SERVER span per turn, a child of the upgrade request's traceparent."""
         tracing = self.endpoint.tracing
-        if tracing is None:
-            await self._respond(raw, None)
-            return
-        # OpenTelemetry: a SERVER span per turn, a child of the upgrade request's traceparent
-        turn = tracing.start("GET", self.websocket.scope.get("path", ""), self.headers, api=TRACED_API)
+        turn = None if tracing is None else tracing.start("GET", self.websocket.scope.get("path", ""),
+                                                          self.headers, api=TRACED_API)
         call = None
         try:
-            call = await self._respond(raw, turn)
-        except APIError as exc:
-            turn.end(exc.status, exc.code or exc.type, getattr(exc, "injected", False))
+            pipeline = self.endpoint.pipeline
+            start, self.began = self.sim.clock.now(), time.perf_counter()
+            if pipeline.refresh is not None:
+                pipeline.refresh()          # settings changed at runtime by another process
+            body, self.generate = parse_frame(raw, self.endpoint.validator)
+            call = Call(self.endpoint.adapter, body, self.headers, self.control, start, self)
+            await pipeline.run(call)
+            if turn is not None:
+                turn.planned(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
+            await self.send(call)
+        except BaseException as exc:
+            if turn is not None:
+                turn.end(*_outcome(exc, call))
             raise
-        except ConnectionDrop:
-            turn.end(0, *_fault_of(call))
-            raise
-        except Exception as exc:
-            if isinstance(exc, GONE):   # the client left mid-turn
-                turn.end(0, *(_fault_of(call) if call is not None else ("no_response", False)))
-            else:
-                turn.end(500, "server_error")
-            raise
-        except BaseException:           # cancelled: the connection's age limit, or the server stops
-            turn.end(0, "no_response")
-            raise
-        else:
-            turn.end(UPGRADED, *_fault_of(call))
-
-    async def _respond(self, raw: str | bytes, turn) -> Call:
-        pipeline = self.endpoint.pipeline
-        start, self.began = self.sim.clock.now(), time.perf_counter()
-        if pipeline.refresh is not None:
-            pipeline.refresh()          # settings changed at runtime by another process
-        body, self.generate = parse_frame(raw, self.endpoint.validator)
-        call = Call(self.endpoint.adapter, body, self.headers, self.control, start, self)
-        await pipeline.run(call)
         if turn is not None:
-            turn.planned(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
-        await self.send(call)
-        return call
+            turn.end(UPGRADED, *_fault_of(call))
 
     async def send(self, call: Call) -> None:
         """A planned turn's events as frames, paced (slowed by the load, with a serving ticket),
@@ -338,6 +321,18 @@ def _fault_of(call: Call | None) -> tuple[str | None, bool]:
     if injection:
         return injection.fault.kind.name, True
     return None, False
+
+
+def _outcome(exc: BaseException, call: Call | None) -> tuple[int, str | None, bool]:
+    """A turn that raised `exc`: its span's (status, error.type, injected)."""
+    if isinstance(exc, APIError):       # an error event: its status and code
+        return exc.status, exc.code or exc.type, getattr(exc, "injected", False)
+    if isinstance(exc, (ConnectionDrop, *GONE)):    # a stream_drop fault, or the client left
+        error, injected = _fault_of(call)
+        return 0, error or "no_response", injected
+    if isinstance(exc, Exception):
+        return 500, "server_error", False
+    return 0, "no_response", False      # cancelled: the connection's age limit, or the server stops
 
 
 def _duration(seconds: float) -> str:
