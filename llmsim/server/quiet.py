@@ -69,7 +69,7 @@ class QuietServer(uvicorn.Server):
             wake()
 
     async def main_loop(self) -> None:
-        if self.config.callback_notify is not None or self.limit_max_requests is not None:
+        if self.config.callback_notify is not None or self.config.limit_max_requests is not None:
             await super().main_loop()
             return
         loop = asyncio.get_running_loop()
