@@ -168,6 +168,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     if tuned:
         from llmsim.api.fastpath import json_operations
         operations = json_operations(main_document, base_paths, resolve)
-    return Front(app, sim=sim, operations=operations, websockets=ResponsesSocket(sim, pipeline, generating["websocket"].adapter).router(base_paths),
-                 render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
-                 base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)
+    socket = ResponsesSocket(sim, pipeline, generating["websocket"].adapter)
+    front = Front(app, sim=sim, operations=operations, websockets=socket.router(base_paths),
+                  render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
+                  base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)
+    socket.tracing = front.observer.tracing     # OpenTelemetry (None: off): a span per WebSocket turn
+    return front

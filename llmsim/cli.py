@@ -264,7 +264,11 @@ def _serve(settings: Settings) -> int:
                 if sock is not None:
                     sock.close()
                 raise
-            server = uvicorn.Server(config)
+            if tuned:   # asleep while idle (llmsim.server.quiet)
+                from llmsim.server.quiet import QuietServer
+                server = QuietServer(config)
+            else:
+                server = uvicorn.Server(config)
             banner(settings, sock.getsockname()[1] if sock else settings.port)
             try:
                 server.run(sockets=[sock] if sock else None)

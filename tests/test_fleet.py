@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -357,6 +358,18 @@ def test_backends_stop_when_their_supervisor_is_killed(tmp_path):
     running.proc.kill()                 # no chance to stop anything: the backend sees its pipe close
     running.proc.wait()
     assert wait_for(lambda: _health(url) is None, 30) is True
+
+
+def test_a_backend_sent_sigterm_stops_at_once_though_idle(tmp_path):
+    running = Fleet(tmp_path, {"backends": [{"name": "idle", "settings": FAST}]})
+    try:
+        backend = running.listing()["idle"]
+        assert _health(backend["url"]) == 200
+        os.kill(backend["pid"], signal.SIGTERM)     # asleep while idle: the signal wakes it to stop
+        assert wait_for(lambda: running.state("idle") == "down", 30) is True
+        assert _health(backend["url"]) is None
+    finally:
+        running.stop()
 
 
 # ---- routers in front of a fleet -------------------------------------------------------------

@@ -12,6 +12,7 @@ import openai
 import pytest
 from google import genai
 from google.genai import types
+from websockets.exceptions import ConnectionClosed
 
 from llmsim import cli
 from llmsim.settings import Settings
@@ -154,6 +155,29 @@ def test_an_injected_fault_is_the_spans_error_type(server, receiver):
     assert span["attributes"]["llmsim.fault.injected"] is True
 
 
+def test_a_websocket_turn_cut_by_a_stream_drop_fault_is_an_error_span(server, receiver):
+    trace = "4af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{trace}-d7ad6b7169203331-01", "x-llmsim-fault": "stream_drop"}
+    with pytest.raises(ConnectionClosed):       # the socket closes (1011) mid-turn
+        with server.client().responses.connect(extra_headers=headers) as conn:
+            conn.response.create(model="trace-ws-drop", input="Say hello.")
+            _ws_turn(conn)
+    found = receiver.wait(lambda r: [s for s in server_spans(r) if s["trace_id"] == trace], timeout=30)
+    assert len(found) == 1, found
+    attributes = found[0]["attributes"]
+    assert (attributes["error.type"], attributes["llmsim.fault.injected"]) == ("stream_drop", True)
+    assert attributes["gen_ai.request.model"] == "trace-ws-drop"
+    assert found[0]["status"] == 2                          # STATUS_CODE_ERROR
+
+
+def test_each_choices_finish_reason_is_on_the_span(server, receiver):
+    answer = server.client().chat.completions.create(model="trace-choices", n=2, max_tokens=3,
+                                                     messages=[{"role": "user", "content": "Say something long."}])
+    span = one_span(receiver, **{"gen_ai.response.id": answer.id})
+    assert span["attributes"]["gen_ai.response.finish_reasons"] == [c.finish_reason for c in answer.choices]
+    assert span["attributes"]["gen_ai.request.max_tokens"] == 3
+
+
 def test_anthropic_and_gemini_give_their_provider_names(server, receiver):
     message = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-test", max_retries=0).messages.create(
         model="trace-claude", max_tokens=20, messages=[{"role": "user", "content": "Say something."}])
@@ -172,6 +196,52 @@ def test_anthropic_and_gemini_give_their_provider_names(server, receiver):
     assert span["attributes"]["gen_ai.request.temperature"] == 0.5
     assert span["attributes"]["gen_ai.response.finish_reasons"] == [answer.candidates[0].finish_reason.value]
     assert span["attributes"]["http.route"].endswith("/models/{model}:generateContent")     # the model: a parameter
+
+
+def _ws_turn(conn) -> list:
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return events
+    raise AssertionError("the socket closed mid-turn")
+
+
+def test_each_websocket_turn_is_a_server_span_joined_to_the_upgrades_trace(server, receiver):
+    trace = "3af7651916cd43dd8448eb211c80319c"
+    headers = {"traceparent": f"00-{trace}-c7ad6b7169203331-01", "tracestate": "ws=1"}
+    with server.client().responses.connect(extra_headers=headers) as conn:
+        conn.response.create(model="trace-ws", input="Say hello.", max_output_tokens=4000)
+        first = _ws_turn(conn)[-1].response
+        conn.response.create(model="trace-ws", input="Again.", previous_response_id=first.id)
+        second = _ws_turn(conn)[-1].response
+        conn.response.create(model="trace-ws", input="Hi", previous_response_id="resp_missing")
+        [error] = _ws_turn(conn)
+    assert error.type == "error"
+
+    def turns(r):
+        found = [s for s in server_spans(r) if s["trace_id"] == trace]
+        return found if len(found) >= 3 else None
+    spans = receiver.wait(turns, timeout=30)
+    assert spans and len(spans) == 3, spans
+    assert {(s["parent_span_id"], s["trace_state"]) for s in spans} == {("c7ad6b7169203331", "ws=1")}
+    by_id = {s["attributes"].get("gen_ai.response.id"): s for s in spans}
+    for response in (first, second):
+        span = by_id[response.id]
+        attributes = span["attributes"]
+        assert span["name"] == "chat trace-ws"
+        assert (attributes["gen_ai.provider.name"], attributes["openai.api.type"]) == ("openai", "responses")
+        assert attributes["gen_ai.usage.input_tokens"] == response.usage.input_tokens
+        assert attributes["gen_ai.usage.output_tokens"] == response.usage.output_tokens
+        assert attributes["gen_ai.response.finish_reasons"] == [response.status]
+        assert attributes["gen_ai.request.stream"] is True
+        assert attributes["gen_ai.response.time_to_first_chunk"] > 0       # --profile fast: some ms
+        assert attributes["http.response.status_code"] == 101              # the turn rides the upgrade
+        assert "error.type" not in attributes
+    assert by_id[first.id]["attributes"]["gen_ai.request.max_tokens"] == 4000
+    failed = by_id[None]
+    assert failed["attributes"]["error.type"] == "previous_response_not_found"
+    assert failed["attributes"]["http.response.status_code"] == 400
 
 
 def test_the_genai_server_metrics_arrive(server, receiver):

@@ -59,6 +59,8 @@ from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim.websocket")
 CREATE = "response.create"
+TRACED_API = "responses"    # a turn's span: the Responses API's (llmsim/data/genai.yaml)
+UPGRADED = 101              # a turn's http.response.status_code: its connection's upgrade
 REQUEST_SCHEMA = "CreateResponseRequest"
 CLOSE_NORMAL, CLOSE_TRY_AGAIN_LATER = 1000, 1013
 CLOSE_DROPPED = 1011       # an injected stream_drop fault: the socket ends mid-response
@@ -145,6 +147,7 @@ class ResponsesSocket:
         self.ws_errors = sim.templates["websocket"]
         self.http_errors = sim.templates["errors"]
         self.open = 0
+        self.tracing = None         # llmsim.observe.tracing's, when OpenTelemetry is on (set by llmsim.app)
 
     def router(self, base_paths) -> Router:
         routes = [WebSocketRoute(f"{base}/responses", self.endpoint) for base in base_paths]
@@ -244,16 +247,30 @@ class Connection:
                 await self.send_error(ServerError.unexpected())
 
     async def respond(self, raw: str | bytes) -> None:
-        """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`."""
-        pipeline = self.endpoint.pipeline
-        start, self.began = self.sim.clock.now(), time.perf_counter()
-        if pipeline.refresh is not None:
-            pipeline.refresh()          # settings changed at runtime by another process
-        body, self.generate = parse_frame(raw, self.endpoint.validator)
-        call = Call(self.endpoint.adapter, body, self.headers, self.control, start)
-        call.extra = self           # (the connection: what the adapter's transport needs)
-        await pipeline.run(call)
-        await self.send(call)
+        """One `response.create` frame through the pipeline (llmsim.api.pipeline), sent by `send`.
+        With OpenTelemetry on, a SERVER span per turn, a child of the upgrade request's traceparent."""
+        tracing = self.endpoint.tracing
+        turn = None if tracing is None else tracing.start("GET", self.websocket.scope.get("path", ""),
+                                                          self.headers, api=TRACED_API)
+        call = None
+        try:
+            pipeline = self.endpoint.pipeline
+            start, self.began = self.sim.clock.now(), time.perf_counter()
+            if pipeline.refresh is not None:
+                pipeline.refresh()          # settings changed at runtime by another process
+            body, self.generate = parse_frame(raw, self.endpoint.validator)
+            call = Call(self.endpoint.adapter, body, self.headers, self.control, start)
+            call.extra = self           # (the connection: what the adapter's transport needs)
+            await pipeline.run(call)
+            if turn is not None:
+                turn.planned(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
+            await self.send(call)
+        except BaseException as exc:
+            if turn is not None:
+                turn.end(*_outcome(exc, call))
+            raise
+        if turn is not None:
+            turn.end(UPGRADED, *_fault_of(call))
 
     async def send(self, call: Call) -> None:
         """A planned turn's events as frames, paced (slowed by the load, with a serving ticket),
@@ -296,6 +313,27 @@ class Connection:
         if not getattr(exc, "injected", False):       # injected faults count when they are chosen
             self.sim.stats.error(exc.code or exc.type)
         await self.websocket.send_text(self.endpoint.ws_errors.body_json(error=exc).decode())
+
+
+def _fault_of(call: Call | None) -> tuple[str | None, bool]:
+    """A turn's (error.type, injected): the simulated fault chosen for it, if any (as for HTTP,
+    whatever the fault then did)."""
+    injection = call.fault if call is not None else None
+    if injection:
+        return injection.fault.kind.name, True
+    return None, False
+
+
+def _outcome(exc: BaseException, call: Call | None) -> tuple[int, str | None, bool]:
+    """A turn that raised `exc`: its span's (status, error.type, injected)."""
+    if isinstance(exc, APIError):       # an error event: its status and code
+        return exc.status, exc.code or exc.type, getattr(exc, "injected", False)
+    if isinstance(exc, (ConnectionDrop, *GONE)):    # a stream_drop fault, or the client left
+        error, injected = _fault_of(call)
+        return 0, error or "no_response", injected
+    if isinstance(exc, Exception):
+        return 500, "server_error", False
+    return 0, "no_response", False      # cancelled: the connection's age limit, or the server stops
 
 
 def _duration(seconds: float) -> str:

@@ -24,6 +24,7 @@ import uvicorn
 
 from llmsim.errors import ConfigError, ServiceUnavailableError
 from llmsim.fleet.spec import Backend
+from llmsim.server.quiet import QuietServer
 
 log = logging.getLogger("llmsim")
 OWN_PATHS = ("/metrics", "/llmsim/")    # answered whatever the mode: a scraper sees the backend
@@ -148,6 +149,10 @@ class BackendServer(uvicorn.Server):
             return
 
 
+class QuietBackendServer(BackendServer, QuietServer):
+    """The tuned server's: asleep while idle (llmsim.server.quiet)."""
+
+
 def uvicorn_options(backend: Backend) -> dict:
     """`llmsim serve`'s uvicorn options for one process (llmsim.cli), on the tuned or plain server."""
     settings = backend.settings
@@ -179,7 +184,8 @@ def run(backend: Backend, sock: socket.socket, pipe, mode: str | None) -> None:
         pipe.send(("error", str(exc)))
         sys.exit(2)
     gate = Gate(front, backend.name, mode, backend.ready_after_s)
-    server = BackendServer(uvicorn.Config(gate, **uvicorn_options(backend)), gate, pipe, backend)
+    server_class = QuietBackendServer if backend.settings.server == "tuned" else BackendServer
+    server = server_class(uvicorn.Config(gate, **uvicorn_options(backend)), gate, pipe, backend)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

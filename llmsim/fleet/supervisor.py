@@ -433,7 +433,10 @@ def _serve_control(supervisor: Supervisor, control: socket.socket) -> None:
     config = uvicorn.Config(supervisor.app, log_level="warning", access_log=False, lifespan="on",
                             interface="asgi3", proxy_headers=False)
 
-    class ControlServer(uvicorn.Server):
+    from llmsim.server.quiet import QuietServer
+    from llmsim.server.versions import untested
+
+    class ControlServer(uvicorn.Server if untested() else QuietServer):     # asleep while idle
         async def startup(self, sockets=None) -> None:
             supervisor.begin(asyncio.get_running_loop().time())
             await super().startup(sockets)

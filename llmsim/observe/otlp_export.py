@@ -80,6 +80,8 @@ _packd = struct.Struct("<d").pack
 def _varint(n: int) -> bytes:
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:                      # a span's length, mostly
+        return bytes(((n & 0x7f) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7f:
         out.append((n & 0x7f) | 0x80)
@@ -103,6 +105,7 @@ K_REASONING = _key("gen_ai.usage.reasoning.output_tokens")
 K_CACHED = _key("gen_ai.usage.cache_read.input_tokens")
 K_TTFC = _key("gen_ai.response.time_to_first_chunk")
 FIRST_TOKEN_EVENT = _field(b"\x12", b"gen_ai.first_token")     # Event.name
+_times = struct.Struct("<BQBQ").pack      # Span.start_time_unix_nano (9), end_time_unix_nano (10)
 # Span.flags (field 16, fixed32): sampled, and whether the parent is remote (known: 0x100; is: 0x200)
 FLAGS_LOCAL, FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x101), b"\x85\x01" + struct.pack("<I", 0x301)
 
@@ -113,6 +116,11 @@ def _kv_str(key: bytes, value: str) -> bytes:
 
 def _kv_int(key: bytes, value: int) -> bytes:
     return _field(b"\x4a", key + _field(b"\x12", b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)))
+
+
+def _kv_str_prefix(key: bytes, length: int) -> bytes:
+    """What `_kv_str(key, value)` puts before a value of `length` bytes."""
+    return _kv_str(key, "\0" * length)[:-length]
 
 
 def _kv_double(key: bytes, value: float) -> bytes:
@@ -279,6 +287,7 @@ class Processor:
         self.sends: queue.Queue = queue.Queue(SENDS_QUEUED)
         self.shapes: dict[tuple, tuple] = {}
         self.usages: dict[tuple, bytes] = {}
+        self.id_prefixes: dict[int, bytes] = {}     # gen_ai.response.id's encoding before the id, by its length
         self.metrics = Metrics(time.time_ns())
         self.metric_exporter = None
         if config.metrics_url:
@@ -308,10 +317,12 @@ class Processor:
             self.queue_send(self.send_spans, spans)
 
     def record(self, record: tuple) -> bytes | None:
-        """Add one request to the metrics; its span's encoding when it is sampled."""
+        """Add one request to the metrics; its span when it is sampled, encoded as a field of
+        ScopeSpans (`spans_request` joins them)."""
         (api, method, path, status, error, injected, wall, duration, traceparent, tracestate, agent, stream,
-         delay, model, response_model, response_id, usage, reasons, max_tokens, temperature, first_at, end_at
-         ) = record
+         delay, model, response_model, response_id, input_tokens, output, reasoning, cached, reasons, max_tokens,
+         temperature, first_at, end_at) = record         # llmsim.observe.tracing.Record
+        usage = None if input_tokens is None else (input_tokens, output, reasoning, cached)
         api = self.apis[api]
         if error is None and (status >= 400 or not status):
             error = str(status) if status else "no_response"
@@ -339,7 +350,7 @@ class Processor:
         if self.config.traces_url is None:
             return None
         # the span
-        rng = self.rng
+        ids = self.rng.randbytes(24)            # a trace id (unless the parent's) and a span id
         parent = parse_traceparent(traceparent) if traceparent else None
         if parent is not None:
             trace_id = parent[0]
@@ -349,12 +360,12 @@ class Processor:
             elif self._ratio_bound <= int.from_bytes(trace_id[8:], "big"):
                 return None
         else:
-            trace_id = rng.getrandbits(128).to_bytes(16, "big")
+            trace_id = ids[:16]
             if self._ratio_bound <= int.from_bytes(trace_id[8:], "big"):
                 return None
         start = int(wall * 1e9)
-        parts = [head, b"\x0a\x10", trace_id, b"\x12\x08", rng.getrandbits(64).to_bytes(8, "big"),
-                 b"\x39", _pack64(start), b"\x41", _pack64(start + int(duration * 1e9))]
+        parts = [head, b"\x0a\x10", trace_id, b"\x12\x08", ids[16:],
+                 _times(0x39, start, 0x41, start + int(duration * 1e9))]
         if parent is not None:
             parts += (FLAGS_REMOTE, b"\x22\x08", parent[1])
             if tracestate:
@@ -362,14 +373,19 @@ class Processor:
         else:
             parts.append(FLAGS_LOCAL)
         if response_id:
-            parts.append(_kv_str(K_RESPONSE_ID, response_id))
+            value = response_id.encode()
+            prefix = self.id_prefixes.get(len(value))
+            if prefix is None:
+                prefix = self.id_prefixes[len(value)] = _kv_str_prefix(K_RESPONSE_ID, len(value))
+            parts += (prefix, value)
         if usage is not None:
             parts.append(self._usage(usage))
         if ttft is not None and output:
             if stream:
                 parts.append(_kv_double(K_TTFC, ttft))
             parts.append(_field(b"\x5a", b"\x09" + _pack64(start + int(ttft * 1e9)) + FIRST_TOKEN_EVENT))
-        return b"".join(parts)
+        span = b"".join(parts)
+        return b"\x12" + _varint(len(span)) + span       # framed as ScopeSpans.spans
 
     def _usage(self, usage: tuple) -> bytes:
         """The usage attributes, encoded (answers alike share them: cached)."""
@@ -390,6 +406,8 @@ class Processor:
         """What requests alike share: their span's name, kind, attributes and status encoded
         once, and their metrics' histograms (duration, ttft, tpot, input and output tokens)."""
         config = self.config
+        if type(reasons) is str:                # one finish reason (llmsim.observe.tracing.Record)
+            reasons = (reasons,)
         route = path
         if "/models/" in path and ":" in path.rsplit("/", 1)[-1]:       # Gemini: the model is in the path
             head, _, tail = path.rpartition("/models/")
@@ -422,9 +440,13 @@ class Processor:
         return _field(b"\x0a", res), _field(b"\x0a", scope)
 
     def spans_request(self, spans: list[bytes]) -> bytes:
+        """ExportTraceServiceRequest { ResourceSpans { resource, ScopeSpans { scope, spans } } },
+        each span framed by `record`: joined in one copy."""
         resource, scope = self._head
-        scope_spans = _field(b"\x12", scope + b"".join([_field(b"\x12", s) for s in spans]))
-        return _field(b"\x0a", resource + scope_spans)
+        size = len(scope) + sum(map(len, spans))
+        scope_spans = b"\x12" + _varint(size)
+        return b"".join([b"\x0a", _varint(len(resource) + len(scope_spans) + size), resource, scope_spans, scope,
+                         *spans])
 
     # -- the sender thread -------------------------------------------------------------------
     def queue_send(self, action, payload, block: bool = False) -> None:

@@ -55,11 +55,15 @@ def load_apis(path) -> dict[str, Api]:
     return apis
 
 
-# The record of one generating request, as the exporter reads it: a tuple of plain values (cheap to
-# make on the loop, and it keeps no plan alive): api, method, path, status, error, injected, wall
-# (start, epoch s), duration (s), traceparent, tracestate, user agent (bytes or None), stream,
-# delay (s before the plan's clock started), then `facts`' nine values.
+# The record of one generating request, as the exporter reads it: one flat tuple of plain values,
+# made in one step (cheap on the loop: no tuple inside it for the garbage collector to follow
+# but a finish-reasons tuple when there are several; it keeps no plan alive): api, method, path,
+# status, error, injected, wall (start, epoch s), duration (s), traceparent, tracestate, user
+# agent (bytes or None), stream, delay (s before the plan's clock started), request model,
+# response model, response id, input, output, reasoning and cached tokens (None without usage),
+# finish reasons (a str for one, else a tuple), max_tokens, temperature, first token at, end at.
 Record = tuple
+_NOTHING: dict = {}
 
 
 def _first(body, paths):
@@ -71,6 +75,82 @@ def _first(body, paths):
         if value is not None:
             return value
     return None
+
+
+def _keys(paths: tuple[tuple[str, ...], ...]) -> tuple[str, ...] | None:
+    """The top-level keys `paths` name, when each names one (None: some path is nested)."""
+    return tuple(path[0] for path in paths) if all(len(path) == 1 for path in paths) else None
+
+
+def record_maker(api: Api):
+    """The record (`Record`) of a planned answer of `api`'s, from its HTTP exchange
+    (llmsim.observe.stats.Exchange): made once per API, with the body's fields and the finish
+    reasons read the way `api` keeps them (the loop's whole share of a traced request: no
+    call it can do without)."""
+    name, source, rename = api.name, api.finish_from, api.rename
+    max_tokens_paths, temperature_paths = api.max_tokens, api.temperature
+    max_tokens_keys, temperature_keys = _keys(max_tokens_paths), _keys(temperature_paths)
+
+    def make(ex, plan, duration: float, headers) -> Record:
+        try:
+            req = plan.req or _NOTHING
+        except AttributeError:
+            req = _NOTHING
+        max_tokens = temperature = None
+        if max_tokens_keys is None:
+            max_tokens = _first(req, max_tokens_paths)
+        else:
+            for key in max_tokens_keys:
+                max_tokens = req.get(key)
+                if max_tokens is not None:
+                    break
+        if temperature_keys is None:
+            temperature = _first(req, temperature_paths)
+        else:
+            for key in temperature_keys:
+                temperature = req.get(key)
+                if temperature is not None:
+                    break
+        if type(max_tokens) is not int:
+            max_tokens = None
+        if temperature is not None:
+            temperature = float(temperature) if type(temperature) in (int, float) else None
+        if source == "choices":
+            choices = plan.choices
+            if len(choices) == 1:
+                reasons = choices[0].finish_reason or ()
+            else:
+                reasons = tuple(c.finish_reason for c in choices if c.finish_reason)
+            if rename:
+                reasons = rename.get(reasons, reasons) if type(reasons) is str \
+                    else tuple(rename.get(r, r) for r in reasons)
+        elif source == "stop_reason":
+            reasons = plan.stop_reason or ()
+        elif source == "status":
+            reasons = getattr(plan, "incomplete_reason", None) or getattr(plan, "status", None) or ()
+        else:
+            reasons = ()
+        u = plan.usage
+        if u is None:
+            input_tokens = output = reasoning = cached = None
+        else:
+            input_tokens, output = u.input_tokens, u.output_tokens
+            try:
+                reasoning, cached = u.reasoning_tokens, u.cached_tokens
+            except AttributeError:
+                reasoning, cached = getattr(u, "reasoning_tokens", 0), getattr(u, "cached_tokens", 0)
+        return (name, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, duration,
+                headers.get(TRACEPARENT), headers.get(TRACESTATE), headers.get(USER_AGENT), ex.stream, ex.delay,
+                req.get("model") or plan.model, plan.model, getattr(plan, "id", None), input_tokens, output,
+                reasoning, cached, reasons, max_tokens, temperature, plan.first_token_at, plan.end_at)
+    return make
+
+
+def _record(head: tuple, found: tuple) -> Record:
+    """A record from its first thirteen values and `facts`'."""
+    model, response_model, response_id, usage, reasons, max_tokens, temperature, first_at, end_at = found
+    return (*head, model, response_model, response_id, *(usage or (None, None, None, None)),
+            reasons[0] if len(reasons) == 1 else reasons, max_tokens, temperature, first_at, end_at)
 
 
 def facts(api: Api, plan, given: dict | None) -> tuple:
@@ -136,10 +216,10 @@ class Call:
         if api is None:
             return
         headers = self.headers
-        self.tracing.exporter.offer((api.name, self.method, self.path, status, error_type, injected, self.wall,
-                                     time.perf_counter() - self.start, headers.get(TRACEPARENT),
-                                     headers.get(TRACESTATE), headers.get(USER_AGENT), self.stream, self.delay,
-                                     *facts(api, self.plan, self.given)))
+        self.tracing.exporter.offer(_record(
+            (api.name, self.method, self.path, status, error_type, injected, self.wall,
+             time.perf_counter() - self.start, headers.get(TRACEPARENT), headers.get(TRACESTATE),
+             headers.get(USER_AGENT), self.stream, self.delay), facts(api, self.plan, self.given)))
 
 
 class Tracing:
@@ -151,6 +231,8 @@ class Tracing:
         self._endings = sorted(((end, api) for api in apis.values() for end in api.paths),
                                key=lambda pair: len(pair[0]), reverse=True)
         self._by_path: dict[str, Api | None] = {}
+        self._make = {api: record_maker(api) for api in apis.values()}    # a planned answer's record
+        self._offer = exporter.offer
 
     def serving(self) -> None:
         self.exporter.start()
@@ -189,15 +271,18 @@ class Tracing:
         api = self.apis.get(ex.endpoint) if plan is not None else self.api_of(ex.path)
         if api is None:
             return
-        headers = ex.request_headers or {}
+        headers = ex.request_headers or _NOTHING
         try:
-            record = (api.name, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall, now - ex.start,
-                      headers.get(TRACEPARENT), headers.get(TRACESTATE), headers.get(USER_AGENT), ex.stream,
-                      ex.delay, *facts(api, plan, None))
+            if plan is not None:
+                record = self._make[api](ex, plan, now - ex.start, headers)
+            else:
+                record = _record((api.name, ex.method, ex.path, ex.status, ex.error, ex.injected, ex.wall,
+                                  now - ex.start, headers.get(TRACEPARENT), headers.get(TRACESTATE),
+                                  headers.get(USER_AGENT), ex.stream, ex.delay), facts(api, None, None))
         except Exception:       # a plan of a shape genai.yaml does not foresee: never the request's end
             log.exception("OpenTelemetry: could not note a %s request", api.name)
             return
-        self.exporter.offer(record)
+        self._offer(record)
 
 
 def wanted(settings, environ: Mapping[str, str]) -> str | None:
