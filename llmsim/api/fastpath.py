@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope
 from llmsim import datafiles
 from llmsim.api.validation import (check, check_depth, compile_schema, json_body, read_body,
                                    unsupported_media_type)
-from llmsim.server.context import enter
+from llmsim.server.context import RECEIVED_AT, enter
 from llmsim.server.documents import resolved
 
 JSON = "application/json"
@@ -40,9 +40,9 @@ class Operation:
     fast: t.Any          # jsonschema_rs validator: the happy path
     full: t.Any          # jsonschema validator: names the bad field
     optional: bool = False   # requestBody.required is false: no body reads as {}
-    # the handler's own answer to a body and its scope, when it has one (a generating
+    # the handler's own answer to a body read at a time, when it has one (a generating
     # operation: llmsim.api.handlers.generate), which needs no request context set
-    scoped: t.Callable[[dict, Scope], t.Awaitable[t.Any]] | None = None
+    received: t.Callable[[dict, float | None], t.Awaitable[t.Any]] | None = None
     # bodies (JSON text) found valid: a load test sends the same body again and again
     valid: set[bytes] = field(default_factory=set, compare=False)
 
@@ -72,8 +72,9 @@ class Operation:
         body = json_body(raw, not self.optional)
         if raw not in self.valid:
             self.check(body, raw)
-        if self.scoped is not None:
-            return await self.scoped(body, scope)
+        if self.received is not None:
+            extensions = scope.get("extensions")
+            return await self.received(body, extensions.get(RECEIVED_AT) if extensions else None)
         enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
         return await self.handler(body)
 
@@ -116,7 +117,7 @@ def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> 
         handler = resolve(post["operationId"])
         op = Operation(handler, jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
                        compile_schema(schema), not post["requestBody"].get("required", False),
-                       getattr(getattr(handler, "__self__", None), "scoped", None))
+                       getattr(getattr(handler, "__self__", None), "received", None))
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.server.context import RECEIVED_AT
-
 if TYPE_CHECKING:   # types only
     from llmsim.api.adapters import Adapter
     from llmsim.api.current import Current
@@ -19,9 +17,9 @@ class Generating:
     async def create(self, body: dict):
         return await self.answer(self.adapter, body, self.received_at())
 
-    def scoped(self, body: dict, scope):
-        """The fast lane's call (llmsim.api.fastpath): when the server read it, from its scope."""
-        extensions = scope.get("extensions")
-        return self.answer(self.adapter, body, extensions.get(RECEIVED_AT) if extensions else None)
+    def received(self, body: dict, received_at: float | None):
+        """The fast lane's call (llmsim.api.fastpath), which knows when the server read the
+        request: no request context to set, no coroutine of its own."""
+        return self.answer(self.adapter, body, received_at)
 
     compact = create        # POST /responses/compact's operation
