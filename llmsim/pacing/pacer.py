@@ -20,6 +20,7 @@ from llmsim.errors import ConnectionDrop
 SLOT = 0.0001           # the finest slot of a Pacer (seconds): a clock finer than uvloop's
 MAX_BATCH = 256         # events written at most per step: what a stream owes after its client
                         # stopped reading goes out in writes this size, each waiting for the client
+BATCH = range(MAX_BATCH)    # (a step's loop counts its events for nothing)
 INFINITE = 2**63
 
 
@@ -116,10 +117,9 @@ class PacedStream:
         batch_due = due = None
         ending: BaseException | None = None         # the stream ends (None: the items ran out)
         start, timed = self.start, self.timed
-        room = MAX_BATCH
         try:
             pair = self.pending if self.pending is not None else next(timed)
-            while True:
+            for _ in BATCH:
                 due = start + pair[0]
                 if due > now:
                     self.pending = pair
@@ -127,12 +127,10 @@ class PacedStream:
                 if batch_due is None:
                     batch_due = due
                 batch.append(pair[1])
-                room -= 1
-                if not room:                    # far behind (its client stopped reading): the
-                    self.pending = pair = next(timed)   # rest in later writes, as it reads
-                    due = start + pair[0]
-                    break
                 pair = next(timed)
+            else:       # far behind (its client stopped reading): the rest in later writes, as it reads
+                self.pending = pair
+                due = start + pair[0]
         except StopIteration:
             self.pending = due = None
         except ConnectionDrop as drop:      # a drop still sends what was due before it
