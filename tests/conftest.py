@@ -12,7 +12,7 @@ from llmsim.fleet import warm
 from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for tests' own servers)
 
 REPO = Path(__file__).resolve().parents[1]
-collect_ignore = ["plugin_example"]     # the README's example of the plugin: run by plugin_wheel_check.sh
+collect_ignore = ["plugin/example"]     # the README's example of the plugin: run by plugin/wheel_check.sh
 
 # Kinds of test (markers registered in pyproject.toml), given here rather than on each test:
 # `live` starts an `llmsim serve` subprocess (through these fixtures, or itself in these

@@ -14,7 +14,7 @@ from llmsim.observe import statsview
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOW = 1_700_000_100.5       # the time of the read (the ring's seconds are relative to it)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from geminiwire import client_of
 from llmsim.api.apis import Apis
-from test_gemini_wire import client_of
 
 KEY = "sk-apis"
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}

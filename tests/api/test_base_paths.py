@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 
 import oai_schemas
 from our_spec import check_error
-from test_settings import load, write_config
+from settingsload import load, write_config
 
 HI = {"model": "gpt-4o", "input": "hi"}
 

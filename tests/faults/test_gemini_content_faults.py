@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_gemini_wire import HELLO, MODEL, chunks, client_of, generate
+from geminiwire import HELLO, MODEL, chunks, client_of, generate
 
 TRUNCATED = {"x-llmsim-fault": "truncated_output"}
 

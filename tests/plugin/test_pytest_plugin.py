@@ -8,7 +8,7 @@ from pathlib import Path
 
 pytest_plugins = ["pytester"]
 
-EXAMPLE = Path(__file__).parent / "plugin_example" / "test_example.py"
+EXAMPLE = Path(__file__).parent / "example" / "test_example.py"
 
 
 def test_the_readme_example_passes_against_the_session_server(pytester):

@@ -12,7 +12,7 @@ from uvicorn.server import ServerState
 from llmsim.app import create_app
 from llmsim.server.corking import CorkedHttpToolsProtocol
 from llmsim.settings import Settings
-from test_corking import Transport, handled
+from rawprotocol import Transport, handled
 
 BODY = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
 

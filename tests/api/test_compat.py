@@ -10,7 +10,7 @@ import pytest
 import oai_schemas
 import sse
 from counting import count
-from test_settings import load, write_config
+from settingsload import load, write_config
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from llmsim.settings import Settings
 from llmsim.state.liveconfig import patchable
 from llmsim.state.ratelimits import duration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("seconds, written", [(0, "0s"), (0.02, "20ms"), (0.0004, "1ms"), (1, "1s"),

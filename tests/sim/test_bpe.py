@@ -18,7 +18,7 @@ import pytest
 from counting import reference
 from llmsim.sim import bpe, tokens
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = [
     "Hello, world! How's it going? I'M FINE, WE'LL see; they'd've known.",
     "The year 2025 had 365 days; 1234567 is a long number, 3.14159 a short one.",

@@ -17,39 +17,11 @@ from llmsim.render.sse import framed
 from llmsim.render.templates import Event
 from llmsim.server.context import RECEIVED_AT
 from llmsim.server.corking import CorkedHttpToolsProtocol
+from rawprotocol import Transport, handled
 
 GAP = 0.005
 N = 20
 REQUEST = b"POST /stream HTTP/1.1\r\nHost: sim\r\nContent-Length: 2\r\n\r\n{}"
-
-
-class Transport(asyncio.Transport):
-    """What the protocol writes, in order; `closed` once it closes."""
-
-    def __init__(self):
-        super().__init__()
-        self.data = bytearray()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def get_extra_info(self, name, default=None):
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def write(self, data):
-        self.data += data
-        self.writes.append(bytes(data))
-
-    def is_closing(self):
-        return self.closed
-
-    def close(self):
-        self.closed = True
-
-    def pause_reading(self):
-        pass
-
-    def resume_reading(self):
-        pass
 
 
 def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
@@ -76,14 +48,6 @@ def connect(n: int = N, app=None) -> tuple[CorkedHttpToolsProtocol, Transport]:
     protocol.connection_made(transport)
     protocol.data_received(REQUEST)
     return protocol, transport
-
-
-async def handled(*protocols: CorkedHttpToolsProtocol, timeout: float = 5) -> None:
-    """Until what the protocols read is handled: started two loop steps after it was read
-    (llmsim.server.starting), then, for a request that waited, its task done."""
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    await asyncio.wait_for(asyncio.gather(*(t for p in protocols for t in p.tasks)), timeout)
 
 
 def body_of(raw: bytes) -> tuple[list[int], bool]:

@@ -5,7 +5,7 @@ import copy
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
 
 import pytest  # noqa: E402
 

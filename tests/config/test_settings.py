@@ -7,26 +7,13 @@ import sys
 from dataclasses import fields
 
 import pytest
-import yaml
 
 from conftest import REPO
 from llmsim import datafiles
 from llmsim.cli import parser
 from llmsim.errors import ConfigError
 from llmsim.settings import Settings
-
-
-def load(argv=(), environ=None) -> Settings:
-    """Settings as `llmsim serve ARGV` would build them, with exactly `environ` as environment."""
-    args = vars(parser().parse_args(["serve", *argv]))
-    args.pop("command")
-    return Settings.load(args, environ or {})
-
-
-def write_config(tmp_path, values: dict):
-    path = tmp_path / "llmsim.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return str(path)
+from settingsload import load, write_config
 
 
 def test_embedded_defaults():

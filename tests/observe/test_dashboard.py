@@ -21,7 +21,7 @@ from llmsim.observe import dashboard, statsview
 from llmsim.observe.stats import Stats
 from llmsim.render.templates import TemplateSet
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def fake_plan(model: str, ttft: float, gap: float, tokens: int):

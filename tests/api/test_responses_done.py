@@ -112,7 +112,7 @@ async def test_websocket_messages_stay_json_events_only(done_server):
 
 
 def test_config_file_key_and_environment_turn_it_on(tmp_path):
-    from test_settings import load, write_config
+    from settingsload import load, write_config
     assert load(["--config", write_config(tmp_path, {"responses_done": True})]).responses_done is True
     assert load(environ={"LLMSIM_RESPONSES_DONE": "true"}).responses_done is True
     assert load().responses_done is False

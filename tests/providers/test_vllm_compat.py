@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from test_settings import load
+from settingsload import load
 
 MODEL = "gpt-4o"
 HI = [{"role": "user", "content": "Say something"}]
