@@ -11,6 +11,8 @@ import oai_schemas
 from conftest import LiveServer
 from counting import reference
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 MODEL = "gpt-3.5-turbo-instruct"
 
 

@@ -15,6 +15,8 @@ from llmsim.app import create_app
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 BASE = "/openai/v1"
 # the operations the fast lane serves, as schemathesis names them
 OPERATIONS = sorted(path.removeprefix(BASE) for path in

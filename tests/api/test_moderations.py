@@ -15,6 +15,8 @@ from llmsim.app import create_app
 from llmsim.errors import ConfigError
 from llmsim.settings import Settings
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 CATEGORIES = {"harassment", "harassment/threatening", "hate", "hate/threatening", "illicit",
               "illicit/violent", "self-harm", "self-harm/intent", "self-harm/instructions", "sexual",
               "sexual/minors", "violence", "violence/graphic"}

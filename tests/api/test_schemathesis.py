@@ -8,6 +8,7 @@ name, on the POST operations (so generated bodies go through planning and render
 """
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -15,6 +16,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 import schemathesis_hooks  # noqa: F401  registers the before_call hook: the cross-field rules
 from llmsim.app import create_app
 from llmsim.settings import Settings
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = 20
 

@@ -9,6 +9,8 @@ import yaml
 from conftest import REPO
 from llmsim.testing import Server
 
+pytestmark = pytest.mark.live
+
 MODELS = {"models": {"acme-1": {"owned_by": "acme", "context_window": 8000,
                                 "max_output_tokens": 1000, "latency": "instant"}}}
 

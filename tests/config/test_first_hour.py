@@ -14,6 +14,8 @@ import pytest
 from llmsim import __version__
 from llmsim.testing import Server, free_port
 
+pytestmark = pytest.mark.live
+
 
 def environ(**extra: str) -> dict[str, str]:
     """This process's environment less its LLMSIM_* variables, plus `extra`."""

@@ -148,6 +148,7 @@ def serve(*args, env=None) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.live
 def test_serve_with_a_bad_config_file_exits_naming_the_key(tmp_path):
     result = serve("--config", write_config(tmp_path, {"generator": "shakespeare"}))
     assert result.returncode != 0
@@ -155,6 +156,7 @@ def test_serve_with_a_bad_config_file_exits_naming_the_key(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.live
 def test_serve_with_a_bad_environment_value_exits_naming_the_key():
     import os
     result = serve(env={**os.environ, "LLMSIM_USAGE_SEMANTICS": "mine"})
@@ -162,6 +164,7 @@ def test_serve_with_a_bad_environment_value_exits_naming_the_key():
     assert "usage_semantics" in result.stderr and "openai" in result.stderr
 
 
+@pytest.mark.live
 def test_serve_with_an_unknown_profile_exits_listing_the_profiles():
     result = serve("--profile", "warp-speed")
     assert result.returncode != 0
@@ -169,6 +172,7 @@ def test_serve_with_an_unknown_profile_exits_listing_the_profiles():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.live
 def test_serve_with_a_missing_config_file_exits_naming_it(tmp_path):
     result = serve("--config", str(tmp_path / "absent.yaml"))
     assert result.returncode != 0 and "absent.yaml" in result.stderr

@@ -36,6 +36,8 @@ import yaml
 from conftest import REPO, LiveServer, free_port, wait_for
 from llmsim.testing import answered_by
 
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 SCRIPTS = (sysconfig.get_path("scripts"), str(Path(sys.executable).parent))   # where pip puts hadolint, kubectl

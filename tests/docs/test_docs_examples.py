@@ -20,7 +20,7 @@ from llmsim.cli import parser
 from llmsim.settings import Settings
 from llmsim.testing import Server
 
-pytestmark = pytest.mark.docs
+pytestmark = [pytest.mark.live, pytest.mark.docs]
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 URL = re.compile(r"(http://)?(127\.0\.0\.1|localhost):8080")

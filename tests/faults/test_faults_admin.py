@@ -58,6 +58,7 @@ async def test_bad_updates_are_400_naming_the_field_and_change_nothing(app_clien
     assert state["rates"] == {}
 
 
+@pytest.mark.live
 def test_a_kind_from_a_data_dir_can_be_scheduled_and_given_a_rate(tmp_path):
     catalogue = yaml.safe_load((REPO / "llmsim" / "data" / "faults.yaml").read_text())
     catalogue["kinds"]["teapot"] = {"status": 418, "type": "invalid_request_error", "code": "teapot",

@@ -6,6 +6,8 @@ import pytest
 
 from geminiwire import HELLO, MODEL, chunks, client_of, generate
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 TRUNCATED = {"x-llmsim-fault": "truncated_output"}
 
 

@@ -23,6 +23,8 @@ from google.genai import types
 
 from conftest import REPO, free_port, model_metrics, wait_for
 
+pytestmark = pytest.mark.live
+
 CHAT = [{"role": "user", "content": "Hi"}]
 
 

@@ -85,6 +85,7 @@ def test_once_prints_a_frame_of_a_live_server(live_server_factory):
     assert "gpt-4o-mini" in done.stdout
 
 
+@pytest.mark.live
 def test_unreachable_server_is_a_one_line_error():
     done = subprocess.run([sys.executable, "-m", "llmsim", "top", "http://127.0.0.1:9", "--once"],
                           cwd=REPO, capture_output=True, text=True, timeout=30)

@@ -17,6 +17,8 @@ from llmsim import cli
 from llmsim.settings import Settings
 from otlp_receiver import Receiver
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 SERVER = 2                  # SpanKind SERVER / CLIENT in OTLP
 CLIENT = 3
 PARENT = "0af7651916cd43dd8448eb211c80319c"

@@ -6,6 +6,10 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
 pytest_plugins = ["pytester"]
 
 EXAMPLE = Path(__file__).parent / "example" / "test_example.py"

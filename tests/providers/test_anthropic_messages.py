@@ -15,6 +15,8 @@ import sse
 from anthropic_schemas import check_body, check_event
 from conftest import LiveServer
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 MODEL = "claude-sonnet-4-6"
 HELLO = [{"role": "user", "content": "Say something."}]
 WEATHER = {"name": "get_weather", "description": "The weather in a city",

@@ -9,6 +9,8 @@ import pytest
 from geminiwire import client_of
 from llmsim.api.apis import Apis
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 KEY = "sk-apis"
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 CLAUDE = {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}

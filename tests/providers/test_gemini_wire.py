@@ -8,6 +8,8 @@ import pytest
 import gemini_schemas
 from geminiwire import HELLO, MODEL, chunks, client_of, generate
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 KEY = "gk-wire"
 
 

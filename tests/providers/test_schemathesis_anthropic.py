@@ -5,12 +5,15 @@ envelope for every error), never a 500, and schema-valid requests are accepted. 
 catalogue as shipped, and one that answers for any model name (POST operations)."""
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
 import schemathesis_hooks  # noqa: F401  registers the before_call hook: the cross-field rules
 from llmsim.app import create_app
 from llmsim.settings import Settings
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = 20
 

@@ -17,6 +17,8 @@ from llmsim.settings import Settings
 from llmsim.testing import Server
 from sse import parse
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 MODEL = "gpt-4o-mini"
 RENAMED = {"response.output_text.delta": "response.output_text.piece",
            "response.completed": "response.finished", "response.failed": "response.broke"}

@@ -19,6 +19,8 @@ from llmsim.errors import ConfigError, ServerError
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 
 @pytest.fixture
 def templates_copy(tmp_path):
@@ -66,6 +68,7 @@ def test_broken_template_fails_start_up_naming_file_and_path(templates_copy, cha
     assert where in message and what in message
 
 
+@pytest.mark.live
 def test_broken_template_stops_a_server_with_workers_before_it_listens(templates_copy):
     directory, edit = templates_copy
     edit("responses", add_object("broken", {"x": {"$object": "no_such_object"}}))

@@ -14,7 +14,7 @@ import pytest
 from conftest import LiveServer
 from llmsim.server import affinity
 
-pytestmark = pytest.mark.skipif(not affinity.supported(), reason="Linux CPU affinity only")
+pytestmark = [pytest.mark.live, pytest.mark.skipif(not affinity.supported(), reason="Linux CPU affinity only")]
 SETTLE_S = 120          # generous: on a busy machine a worker takes a while to start
 
 

@@ -15,6 +15,8 @@ import pytest
 from conftest import LiveServer
 from llmsim.settings import WORKER_ENV
 
+pytestmark = pytest.mark.live
+
 SHM = Path("/dev/shm")
 SETTLE_S = 60                   # generous: on a loaded machine workers start and stop slowly
 

@@ -22,6 +22,8 @@ from llmsim.server.versions import TESTED, choose
 from llmsim.settings import Settings
 from llmsim.testing import START_TIMEOUT_S, free_port
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 # what reaches into uvicorn's, connexion's or starlette's internals
 TUNED_MODULES = ("llmsim.server.corking", "llmsim.server.requestcycle", "llmsim.server.starting",
                  "llmsim.server.accepting", "llmsim.server.affinity", "llmsim.server.context",
@@ -131,18 +133,21 @@ def serve(*flags: str, tested: str = "installed") -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.live
 def test_the_plain_server_answers_without_loading_any_tuned_module():
     output = serve("--server", "plain")
     assert "loaded: []" in output, output
     assert "answered: completed" in output, output
 
 
+@pytest.mark.live
 def test_the_tuned_server_loads_its_own_protocol():
     output = serve("--server", "tuned")
     assert "llmsim.server.corking" in output.split("loaded:", 1)[1].splitlines()[0], output
     assert "answered: completed" in output, output
 
 
+@pytest.mark.live
 def test_tuned_on_an_untested_release_serves_plain_and_says_so_once():
     output = serve(tested="none")         # --server tuned: the default
     assert "loaded: []" in output, output

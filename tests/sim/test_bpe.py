@@ -83,6 +83,7 @@ def test_random_unicode_text_encodes_to_tiktokens_ids(pair):
         assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), ascii(text)
 
 
+@pytest.mark.slow
 def test_every_assigned_character_splits_as_in_tiktoken(pair):
     """Each character after letters of either case, a space, a digit, itself and a
     contraction: where the pattern's classes would put it shows in the ids."""

@@ -16,6 +16,8 @@ from llmsim.app import create_app
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 
 class TimedApp:
     """An app on a FakeClock, driven through ASGI so every body chunk is timed when sent."""

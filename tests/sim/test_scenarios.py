@@ -309,6 +309,7 @@ def test_bad_scenario_file_is_refused_naming_file_and_path(tmp_path, content, wh
     assert str(caught.value).startswith(f"{path}: at {where}")
 
 
+@pytest.mark.live
 def test_bad_scenario_file_stops_start_up(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("scenarios: {a: {turns: [{error: rate_limt}]}}")

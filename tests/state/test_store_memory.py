@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import llmsim.state.store.memory as memory_store
 from llmsim.settings import Settings
 from llmsim.state.store import Bounds, Conversation, StoredResponse, open_store
@@ -27,6 +29,7 @@ def test_no_store_setting_is_the_memory_store():
     assert isinstance(open_store(Settings(store="memory")), MemoryStore)
 
 
+@pytest.mark.live
 def test_serve_refuses_a_memory_store_for_several_workers_by_name():
     result = subprocess.run([sys.executable, "-m", "llmsim", "serve", "--port", "0", "--store", "memory",
                              "--workers", "2"], capture_output=True, text=True, timeout=60)

@@ -16,6 +16,8 @@ import pytest
 from conftest import LiveServer
 from oai_schemas import validate
 
+pytestmark = pytest.mark.usefixtures("warm_caches")     # builds apps of its own
+
 SECRET = "whsec_" + base64.b64encode(b"llmsim webhook test key, 32 byte").decode()
 MODEL = "gpt-4o"
 SCHEMAS = {"response.completed": "WebhookResponseCompleted", "response.failed": "WebhookResponseFailed",
