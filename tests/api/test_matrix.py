@@ -220,7 +220,7 @@ def _applies(api: str, flag: str, capability: str) -> None:
 
 def test_every_api_has_a_driver():
     missing = [api for api in APIS if api not in DRIVERS]
-    assert not missing, f"APIs with no driver in tests/test_matrix.py (so no capability is proven): {missing}"
+    assert not missing, f"APIs with no driver in tests/api/test_matrix.py (so no capability is proven): {missing}"
 
 
 # ---- servers ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Property-based checks of openapi/anthropic.yaml against the app, in-process (schemathesis), as
-tests/test_schemathesis.py does for the OpenAI document: generated requests, valid and invalid,
+tests/api/test_schemathesis.py does for the OpenAI document: generated requests, valid and invalid,
 get a documented status and content type, a body that matches the document (Anthropic's error
 envelope for every error), never a 500, and schema-valid requests are accepted. Two apps: the
 catalogue as shipped, and one that answers for any model name (POST operations)."""

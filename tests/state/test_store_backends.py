@@ -1,5 +1,5 @@
 """What every embedded backend does the same way, in process (memory, LMDB, SQLite; Redis in
-tests/test_store_shared.py): appends are conditional and replays span them; conversation
+tests/state/test_store_shared.py): appends are conditional and replays span them; conversation
 items keep their order and are deleted by id; a deletion answers whether there was an entry."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The LMDB store (the default of `serve --workers N`), in process: what one opening writes another reads at
 once; the oldest entries go beyond `max_entries`, with what hangs off them; expired entries
-read as missing and are swept (tests/test_store_backends.py: what every backend does)."""
+read as missing and are swept (tests/state/test_store_backends.py: what every backend does)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,6 +1,6 @@
 """The memory store (one worker's default), in process: the oldest entries go beyond
 `max_entries`, with what hangs off them; expired entries read as missing and are swept;
-readers get copies; several workers refuse it (tests/test_store_backends.py: what every
+readers get copies; several workers refuse it (tests/state/test_store_backends.py: what every
 backend does)."""
 from __future__ import annotations
 
