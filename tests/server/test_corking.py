@@ -24,6 +24,9 @@ N = 20
 REQUEST = b"POST /stream HTTP/1.1\r\nHost: sim\r\nContent-Length: 2\r\n\r\n{}"
 
 
+# `Transport` and `handled`: tests/rawprotocol.py (tests/server/test_front.py uses them too)
+
+
 def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
     """Streams of n events `gap` apart from `start` (default: the request); `drawn(i)` is
     called as the stream takes event i from its template."""
