@@ -1,7 +1,8 @@
 """Shared fixtures: live llmsim servers (real uvicorn subprocesses) and in-process apps."""
 from __future__ import annotations
 
-import subprocess
+import ast
+import sys
 import time
 from pathlib import Path
 
@@ -12,65 +13,50 @@ from llmsim.fleet import warm
 from llmsim.testing import Server, free_port  # noqa: F401  (free_port: for tests' own servers)
 
 REPO = Path(__file__).resolve().parents[1]
-collect_ignore = ["plugin_example"]     # the README's example of the plugin: run by plugin_wheel_check.sh
+collect_ignore = ["plugin/example"]     # the README's example of the plugin: run by plugin/wheel_check.sh
 
-# Kinds of test (markers registered in pyproject.toml), given here rather than on each test:
-# `live` starts an `llmsim serve` subprocess (through these fixtures, or itself in these
-# modules); `slow` takes more than a few seconds (schemathesis, deploy recipes, the pytest
+# Kinds of test (markers registered in pyproject.toml). `live` starts an `llmsim serve`
+# subprocess; `slow` takes more than a few seconds (schemathesis, deploy recipes, the pytest
 # plugin in a subprocess, hosts in network namespaces); `unit` is everything else: in-process.
-# A module's own `server` fixture (like the shared one here) is a live server; so are the
-# fixtures named after it. A unit test that starts an llmsim process anyway fails (below).
+# A module whose every test is of a kind says so in its `pytestmark`, a single test with
+# `@pytest.mark.live`/`slow`. A test that takes a live-server fixture (a module's own `server`
+# fixture, like the shared one here, and those named after it) is `live` without saying so.
+# A unit test that starts an llmsim process anyway fails (below).
 LIVE_FIXTURES = {"live_server_factory", "llmsim_server", "llmsim_server_factory",
                  "server", "recorded", "renamed", "receiver"}
-LIVE_MODULES = {"test_affinity", "test_serve_lifecycle", "test_store_bounds", "test_pytest_plugin",
-                "test_deploy", "test_scaleout", "test_data_dir", "test_first_hour", "test_docs_examples",
-                "test_fleet",
-                # tests/reliability: servers of their own (stopped, killed, filled up)
-                "test_admin_access", "test_store_outage", "test_store_full", "test_crashes",
-                "test_abusive_clients", "test_shutdown", "test_slow_clients", "test_store_evicts",
-                "test_background_restart", "test_disk_full"}
-LIVE_TESTS = {      # tests in in-process modules that run `llmsim` (serve, top) in a subprocess
-    "test_the_plain_server_answers_without_loading_any_tuned_module",
-    "test_the_tuned_server_loads_its_own_protocol",
-    "test_tuned_on_an_untested_release_serves_plain_and_says_so_once",
-    "test_a_kind_from_a_data_dir_can_be_scheduled_and_given_a_rate",
-    "test_bad_scenario_file_stops_start_up",
-    "test_broken_template_stops_a_server_with_workers_before_it_listens",
-    "test_serve_refuses_a_memory_store_for_several_workers_by_name",
-    "test_serve_with_a_bad_config_file_exits_naming_the_key",
-    "test_serve_with_a_bad_environment_value_exits_naming_the_key",
-    "test_serve_with_an_unknown_profile_exits_listing_the_profiles",
-    "test_serve_with_a_missing_config_file_exits_naming_it",
-    "test_unreachable_server_is_a_one_line_error",
-}
-SLOW_MODULES = {"test_schemathesis", "test_schemathesis_anthropic", "test_deploy", "test_pytest_plugin", "test_scaleout"}
-SLOW_TESTS = {"test_every_assigned_character_splits_as_in_tiktoken"}     # every Unicode character
+NOT_UNIT = {"live", "slow"}
+
+
+def module_kinds(path: Path) -> set[str]:
+    """The markers a test module's `pytestmark` names, read from its source (not imported)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError):
+        return set()
+    return {node.attr for statement in tree.body if isinstance(statement, ast.Assign)
+            and any(getattr(target, "id", None) == "pytestmark" for target in statement.targets)
+            for node in ast.walk(statement.value) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"}
 
 
 def pytest_ignore_collect(collection_path, config):
-    """`-m unit` does not import the modules whose every test is of another kind (collecting
-    them costs each xdist worker seconds: schemathesis builds its tests as it collects).
-    tests/clients (the client matrix: environments of their own to install) is collected only
-    when the marker expression names `clients` (`pytest -m clients tests/clients`)."""
+    """`-m unit` does not import the modules whose `pytestmark` makes every test of another
+    kind (collecting them costs each xdist worker seconds: schemathesis builds its tests as
+    it collects). tests/clients (the client matrix: environments of their own to install) is
+    collected only when the marker expression names `clients` (`pytest -m clients tests/clients`)."""
     if collection_path == Path(__file__).parent / "clients" and "clients" not in (config.getoption("markexpr") or ""):
         return True
-    if config.getoption("markexpr") == "unit" and collection_path.stem in LIVE_MODULES | SLOW_MODULES:
+    if (config.getoption("markexpr") == "unit" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and module_kinds(collection_path) & NOT_UNIT):
         return True
     return None
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        module = item.path.stem
-        live = (module in LIVE_MODULES or getattr(item, "originalname", item.name) in LIVE_TESTS
-                or item.get_closest_marker("live") is not None       # (a module's pytestmark)
-                or not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
-        if live:
+        if item.get_closest_marker("live") is None and not LIVE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.live)
-        slow = module in SLOW_MODULES or getattr(item, "originalname", item.name) in SLOW_TESTS
-        if slow:
-            item.add_marker(pytest.mark.slow)
-        if not live and not slow:
+        if all(item.get_closest_marker(kind) is None for kind in NOT_UNIT):
             item.add_marker(pytest.mark.unit)
 
 
@@ -80,27 +66,50 @@ def _starts_llmsim(args) -> bool:     # `python -m llmsim ...`, `llmsim ...`, `p
     return "llmsim" in words or Path(words[0]).name == "llmsim" or "llmsim" in code
 
 
+class UnitTestsStartNoLlmsim:
+    """A test that starts an llmsim process is `live`: starting one while a unit test runs
+    fails it, saying how to mark it. Seen through Python's `subprocess.Popen` audit event
+    (sys.addaudithook: public, and nothing of subprocess replaced); a hook stays for the
+    process, so it checks only while `unit_test` names the running unit test."""
+
+    def __init__(self):
+        self.unit_test: str | None = None
+        sys.addaudithook(self.audit)
+
+    def audit(self, event: str, args: tuple) -> None:
+        if event == "subprocess.Popen" and self.unit_test is not None and _starts_llmsim(args[1]):
+            raise RuntimeError(f"{self.unit_test} is a unit test but starts {str(args[1])[:100]}: mark it "
+                               "live (@pytest.mark.live, or its module's pytestmark = pytest.mark.live)")
+
+
+GUARD = pytest.StashKey[UnitTestsStartNoLlmsim]()
+
+
+def pytest_configure(config):
+    config.stash[GUARD] = UnitTestsStartNoLlmsim()
+
+
 @pytest.fixture(autouse=True)
-def _unit_tests_start_no_llmsim_process(request, monkeypatch):
-    """A test that starts an llmsim process is `live`: starting one in a unit test fails it,
-    naming the lists above that would have put it in its group (checked in unit tests only,
-    for the test's own time: pytest's monkeypatch undoes it after)."""
+def _unit_tests_start_no_llmsim_process(request):
     if request.node.get_closest_marker("unit") is None:
+        yield
         return
-    init, test = subprocess.Popen.__init__, request.node.nodeid
-
-    def checked(self, args, *rest, **kwargs):
-        if _starts_llmsim(args):
-            raise RuntimeError(f"{test} is a unit test but starts {str(args)[:100]}: "
-                               "add it to LIVE_TESTS (or its module to LIVE_MODULES) in tests/conftest.py")
-        init(self, args, *rest, **kwargs)
-    monkeypatch.setattr(subprocess.Popen, "__init__", checked)
+    guard = request.config.stash[GUARD]
+    guard.unit_test = request.node.nodeid
+    try:
+        yield
+    finally:
+        guard.unit_test = None
 
 
-# Most of `create_app`, which many in-process tests call, is validating the OpenAPI documents,
-# compiling the template directory and parsing YAML: the same work each time. The fleet's
-# supervisor remembers each result by the bytes it came from (llmsim.fleet.warm); so does the suite.
-warm.install()
+@pytest.fixture(scope="session")
+def warm_caches():
+    """Most of `create_app` is validating the OpenAPI documents, compiling the template
+    directory and parsing YAML: the same work each time (about 1.8 s an app, 0.1 s warm). The
+    fleet's supervisor remembers each result by the bytes it came from (llmsim.fleet.warm);
+    so does a test process once a fixture that builds apps asks for this (app_client,
+    shared_app_client, and modules that build their own: `pytest.mark.usefixtures`)."""
+    warm.install()
 
 
 class LiveServer(Server):
@@ -189,7 +198,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture
-def app_client():
+def app_client(warm_caches):
     """An in-process client for behaviour tests (streams are buffered: no timing checks here)."""
     from llmsim.app import create_app
     from llmsim.settings import Settings
@@ -201,7 +210,7 @@ def app_client():
 
 
 @pytest.fixture(scope="module")
-def shared_app_client():
+def shared_app_client(warm_caches):
     """`app_client`, but one app per settings in the module: for tests whose checks depend on
     no state an app keeps (routing, 404/405, validation errors, headers). A test that changes or
     reads state (fault schedules, stores, stats, seeded generators) takes `app_client`."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # schemathesis against a live llmsim started as the README says (`llmsim serve --profile instant`):
 # every operation of our OpenAPI documents (openapi/openapi.yaml on /v1 and /openai/v1,
-# openapi/anthropic.yaml on /anthropic/v1 and /v1, openapi/gemini.yaml on /v1beta (its routes under /v1: tests/test_gemini_wire.py), then
+# openapi/anthropic.yaml on /anthropic/v1 and /v1, openapi/gemini.yaml on /v1beta (its routes under /v1: tests/providers/test_gemini_wire.py), then
 # openapi/admin.yaml on /llmsim), all checks, zero failures allowed. Prints how many test cases
 # schemathesis generated. Run from anywhere, after `pip install -e .`:
 #
@@ -47,7 +47,7 @@ run() {  # run DOCUMENT BASE_PATH [schemathesis options, e.g. -H 'header: value'
 }
 run openapi/openapi.yaml /v1
 # The rest run on the tuned server only: the other mount of the same document
-# (tests/test_base_paths.py shows both mounts answer alike), and the other providers'
+# (tests/api/test_base_paths.py shows both mounts answer alike), and the other providers'
 # documents, which both servers serve through connexion, the same code (no fast lane).
 if [ "$SERVER" = tuned ] || [ -n "${EVERY_DOCUMENT:-}" ]; then
   run openapi/openapi.yaml /openai/v1

@@ -23,7 +23,7 @@ import netlab
 import openai
 import pytest
 
-pytestmark = pytest.mark.multihost
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.multihost]
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "gpt-4o"

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import LiveServer
 
+pytestmark = pytest.mark.live
+
 MODEL = "gpt-4o"
 STREAM = json.dumps({"model": MODEL, "input": "Go on.", "stream": True}).encode()
 

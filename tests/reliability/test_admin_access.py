@@ -13,6 +13,8 @@ from websockets.exceptions import InvalidStatus
 
 from conftest import LiveServer
 
+pytestmark = pytest.mark.live
+
 API_KEY = "sk-user-0123456789abcdef"
 ADMIN_KEY = "adm-secret-fedcba9876543210"
 WRONG_KEY = "sk-wrong-5555555555555555"

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import LiveServer, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 MODEL = "gpt-4o"
 SLOW = ("--ttft-ms", "0", "--tbt-ms", "50", "--target-tokens", "200")     # a job of ~10 s
 

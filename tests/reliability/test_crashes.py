@@ -16,7 +16,7 @@ import pytest
 
 from conftest import LiveServer, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 MODEL = "gpt-4o"
 TOKENS = 100
 

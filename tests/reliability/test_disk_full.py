@@ -13,7 +13,7 @@ import pytest
 
 from conftest import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 MODEL = "gpt-4o"
 BIG = "lorem ipsum " * 4000     # ~48 kB of input kept with each response
 ROUNDS = 40                     # about twice what 1 MB holds

@@ -19,7 +19,7 @@ import sse
 from conftest import LiveServer
 from oai_schemas import validate_response_event, validate_ws_error
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 GRACE = 1.5         # --graceful-timeout: every long stream still runs then
 LONG_S = 8.0        # how long a long stream would take (200 tokens, 40 ms apart)
 MODEL = "gpt-4o"

@@ -24,7 +24,7 @@ from websockets.exceptions import InvalidStatus
 
 from conftest import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 HEAD_S = BODY_S = 0.5
 MAX = 3
 MODEL = "gpt-4o"

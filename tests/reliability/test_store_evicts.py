@@ -9,6 +9,8 @@ import pytest
 
 from conftest import LiveServer
 
+pytestmark = pytest.mark.live
+
 MODEL = "gpt-4o"
 BIG = "lorem ipsum " * 4000     # ~48 kB of input kept with each response
 ROUNDS = 24                     # several times what the store holds

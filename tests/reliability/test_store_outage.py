@@ -14,6 +14,8 @@ import pytest
 from conftest import LiveServer
 from redisproc import RedisProcess
 
+pytestmark = pytest.mark.live
+
 MODEL = "gpt-4o"
 LIMIT_S = 2.0
 
