@@ -12,6 +12,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
+from llmsim.pacing.draining import Drain
 from llmsim.pacing.transport import Paced, SSEResponse
 from llmsim.render.sse import framed
 from llmsim.render.templates import Event
@@ -61,9 +62,11 @@ def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
                 drawn(i)
             yield Event("e", {"i": i}, i * gap)
 
+    drain = Drain()         # the app's shutdown and pacers (as `Simulator.drain`)
+
     async def app(scope, receive, send):
         began = Clock().now() if start is None else start
-        await SSEResponse(Paced(framed(events()), began, Clock()))(scope, receive, send)
+        await SSEResponse(Paced(framed(events()), began, Clock(), drain=drain))(scope, receive, send)
     return app
 
 
