@@ -10,7 +10,7 @@ Requests go straight into `create_app(Settings(profile="instant", target_tokens=
 uvicorn adds ~20 µs on top. Read it as a trend between commits on one machine.
 
 `--paced` runs N concurrent chat streams at W5's pacing (200 ms TTFT, 20 ms gaps) on the
-real clock and the process's shared timer, each on a stand-in for `llmsim serve`'s
+real clock and the app's shared timer, each on a stand-in for `llmsim serve`'s
 connection that counts the chunks written to it instead of sending them (llmsim.server.connection's
 direct path). Runs of 50-token and 1-token replies differ only in events, so their CPU
 difference divided by the extra chunks is what one event costs llmsim's Python: the timer,

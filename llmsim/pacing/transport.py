@@ -233,11 +233,12 @@ class SSEResponse(Response):
                 return None
             return send_now(send, {"type": "http.response.body", "body": chunk, "more_body": True})
         stream = PacedStream(paced.frames, paced.start, write, paced.keepalive, paced.lateness, clock)
-        stream.pacer = pacer = paced.drain.pacers.get()     # (where a first write that waits resumes)
         following = stream.step(clock.now())
         on_timer = True
         if following is not None:
-            pacer.add(stream, following)
+            paced.drain.pacers.get().add(stream, following)
+        elif not stream.done.done():        # its first write waits for the client: it resumes
+            stream.pacer = paced.drain.pacers.get()     # on the app's pacer (`PacedStream._after`)
         return stream
 
     async def _watch(self, receive) -> None:
