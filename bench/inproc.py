@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmsim.app import create_app  # noqa: E402
 from llmsim.server import accepting  # noqa: E402
-from llmsim.server.connection import PROTOCOL  # noqa: E402
+from llmsim.server.connection import HOOKED, HOOKS, PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say something."}]}
@@ -126,6 +126,7 @@ class CountingConnection:
     """What llmsim.server.connection reaches of a connection under `llmsim serve` (its protocol,
     request cycle, flow control and transport, in one object), counting the chunks written."""
     chunked_encoding, write_paused, disconnected, response_complete = True, False, False, False
+    more_body = False           # the whole body has been read (llmsim.server.connection.body_arrived)
     on_lost = None
     default_headers: list = []      # the server's own (`date`, `server`): none here
     keep_alive = True
@@ -134,6 +135,7 @@ class CountingConnection:
     def __init__(self, scope: dict):
         self.scope, self.response_started = scope, False
         self.cycle = self.flow = self.transport = self
+        self.server_lines: tuple[list, bytes] = ([], b"")   # as llmsim.server.corking's protocol
 
     def write(self, data: bytes) -> None:
         CountingConnection.chunks += 1
@@ -147,6 +149,7 @@ def paced_requester(app, body: bytes):
         scope = {**request_scope("/v1/chat/completions", body), "state": {}, "extensions": extensions}
         connection = CountingConnection(scope)
         extensions[PROTOCOL] = weakref.ref(connection)
+        extensions[HOOKS] = HOOKED          # as llmsim.server.corking's protocol installs them
 
         async def send(message):
             if message["type"] == "http.response.start":
