@@ -10,7 +10,7 @@ Requests go straight into `create_app(Settings(profile="instant", target_tokens=
 uvicorn adds ~20 µs on top. Read it as a trend between commits on one machine.
 
 `--paced` runs N concurrent chat streams at W5's pacing (200 ms TTFT, 20 ms gaps) on the
-real clock and the process's shared timer, each on a stand-in for `llmsim serve`'s
+real clock and the app's shared timer, each on a stand-in for `llmsim serve`'s
 connection that counts the chunks written to it instead of sending them (llmsim.server.connection's
 direct path). Runs of 50-token and 1-token replies differ only in events, so their CPU
 difference divided by the extra chunks is what one event costs llmsim's Python: the timer,
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmsim.app import create_app  # noqa: E402
 from llmsim.server import accepting  # noqa: E402
-from llmsim.server.connection import PROTOCOL  # noqa: E402
+from llmsim.server.connection import HOOKED, HOOKS, PROTOCOL  # noqa: E402
 from llmsim.settings import Settings  # noqa: E402
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say something."}]}
@@ -126,6 +126,7 @@ class CountingConnection:
     """What llmsim.server.connection reaches of a connection under `llmsim serve` (its protocol,
     request cycle, flow control and transport, in one object), counting the chunks written."""
     chunked_encoding, write_paused, disconnected, response_complete = True, False, False, False
+    more_body = False           # the whole body has been read (llmsim.server.connection.body_arrived)
     on_lost = None
     default_headers: list = []      # the server's own (`date`, `server`): none here
     keep_alive = True
@@ -134,6 +135,7 @@ class CountingConnection:
     def __init__(self, scope: dict):
         self.scope, self.response_started = scope, False
         self.cycle = self.flow = self.transport = self
+        self.server_lines: tuple[list, bytes] = ([], b"")   # as llmsim.server.corking's protocol
 
     def write(self, data: bytes) -> None:
         CountingConnection.chunks += 1
@@ -147,6 +149,7 @@ def paced_requester(app, body: bytes):
         scope = {**request_scope("/v1/chat/completions", body), "state": {}, "extensions": extensions}
         connection = CountingConnection(scope)
         extensions[PROTOCOL] = weakref.ref(connection)
+        extensions[HOOKS] = HOOKED          # as llmsim.server.corking's protocol installs them
 
         async def send(message):
             if message["type"] == "http.response.start":

@@ -15,6 +15,7 @@ from llmsim.faults.kinds import load_kinds
 from llmsim.faults.scripted import Scripts
 from llmsim.ids import Ids
 from llmsim.observe.stats import Stats
+from llmsim.pacing.draining import Drain
 from llmsim.replay.player import Player
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
@@ -88,14 +89,15 @@ class Simulator:
         self._shared = random.Random()    # unseeded requests share one generator
         self._fixed_profiles: dict[str, latency.Profile] = {}   # with --ttft-ms / --tbt-ms
         self.stats = Stats(self.settings.metrics, self.settings.stats_dir)
+        self.drain = Drain()    # the app's shutdown and its paced streams (llmsim.pacing.draining)
         self.faults = FaultInjector(load_kinds(self.settings.data_file("faults.yaml")), self.settings, self.clock, self.templates["faults"],
-                                    self.catalogue)
+                                    self.drain, self.catalogue)
         self.store = open_store(self.settings)    # stored responses and conversations
         if self.store.capabilities.shared_faults is not None:
             self.faults.share(self.store.capabilities.shared_faults)     # one fault schedule for every process
         self.state = ResponseState(self)          # what requests continue and leave (uses store)
         s = self.settings                         # recorded exchanges answering matching requests
-        self.replay = Player(s.replay, self.clock, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
+        self.replay = Player(s.replay, self.clock, self.drain, s.replay_speed, s.replay_strict, s.seed) if s.replay else None
         scenarios = ScenarioSet.load(self.settings.scenarios, list(self.faults.kinds),
                                      self.settings.default_scenario)
         self.scripts = Scripts(scenarios, self.faults, self.store.capabilities.attempts)

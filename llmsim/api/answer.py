@@ -18,7 +18,7 @@ def events(sim: Simulator, frames, start: float, ticket=None) -> transport.Paced
     if ticket is not None:
         frames, start = ticket.timed(frames), ticket.start
     keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-    paced = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness)
+    paced = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness, sim.drain)
     if (ex := stats.current()) is not None:
         paced.on_left = ex.left         # a stream its client leaves counts what it sent
     return paced

@@ -34,7 +34,6 @@ from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError, ServiceUnavailableError
 from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
-from llmsim.pacing.draining import DRAIN
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.collector import Collector
 from llmsim.server.connection import body_arrived, responder
@@ -87,6 +86,7 @@ class Front:
         self.sweeps = sim.settings.workers == 1
         self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
         self.graceful_timeout = sim.settings.graceful_timeout_s
+        self.drain = sim.drain                  # the app's shutdown, and its paced streams
         self.body_timeout = sim.settings.body_timeout_s
         self.header_timeout_s = sim.settings.header_timeout_s     # read by llmsim.server.deadlines
         self.max_open = sim.settings.max_connections or INFINITE
@@ -120,11 +120,11 @@ class Front:
             self.webhooks.serving()
             self.jobs.serving()
             self.live.serving()
-            DRAIN.serving(self.graceful_timeout)     # streams still running at shutdown end with an error
+            self.drain.serving(self.graceful_timeout)     # streams still running at shutdown end with an error
             try:
                 await self.app(scope, receive, send)
             finally:
-                DRAIN.stopped()
+                self.drain.stopped()
                 await self.live.stopped()
                 await self.jobs.stopped()
                 await self.webhooks.stopped()

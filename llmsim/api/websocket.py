@@ -51,7 +51,6 @@ from llmsim.api.pipeline import Call, Pipeline, control
 from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequestError, NotFoundError,
                            PreviousResponseNotFoundError, ServerError)
 from llmsim.pacing import transport
-from llmsim.pacing.draining import DRAIN
 from llmsim.server.documents import resolved
 from llmsim.sim import inputs
 from llmsim.sim import plan as planning
@@ -232,7 +231,7 @@ class Connection:
             raw = await frames.get()
             try:
                 await self.respond(raw)
-                if DRAIN.begun:         # shutting down: the response ended with an error frame
+                if self.sim.drain.begun:         # shutting down: the response ended with an error frame
                     await self.websocket.close(CLOSE_SHUTDOWN)
                     return
             except GONE:
@@ -283,7 +282,7 @@ class Connection:
                 frames, start = ticket.timed(frames), ticket.start
             with sim.stats.turn(plan, self.began, ticket.delay if ticket is not None else 0.0):
                 await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
-                                                                        sim.stats.lateness))
+                                                                        sim.stats.lateness, sim.drain))
         finally:
             if ticket is not None:
                 ticket.release()

@@ -22,6 +22,7 @@ from llmsim.errors import APIError, ConfigError, ConnectionDrop, InvalidRequestE
 from llmsim.faults.injection import CONTENT, NO_FAULT, Injection
 from llmsim.faults.kinds import Fault, Kind
 from llmsim.observe.stats import fault_injected
+from llmsim.pacing.draining import Drain
 from llmsim.render.jsonbytes import dumps
 from llmsim.render.templates import Template
 
@@ -63,8 +64,10 @@ class ScheduleEntry:
 class FaultInjector:
     """Decides, per request, whether and how it fails; holds the runtime schedule and counters."""
 
-    def __init__(self, kinds: dict[str, Kind], settings, clock, tails: Template, catalogue=None):
+    def __init__(self, kinds: dict[str, Kind], settings, clock, tails: Template, drain: Drain,
+                 catalogue=None):
         self.kinds = kinds
+        self.drain = drain          # the app's shutdown, which ends the streams it `stops`
         self.clock = clock
         self.tails = tails
         self.catalogue = catalogue

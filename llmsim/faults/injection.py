@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 from llmsim.errors import ConnectionDrop, ServerError
 from llmsim.faults.kinds import Fault
-from llmsim.pacing.draining import DRAIN
+from llmsim.pacing.draining import Drain
 from llmsim.render import sse
 from llmsim.render.templates import Event, MarkedEvent, Template
 from llmsim.sim import contentfaults
@@ -26,6 +26,7 @@ class Injector(Protocol):
     """What an injection needs of the injector that chose it (llmsim.faults.catalogue.FaultInjector)."""
     clock: Any
     tails: Template
+    drain: Drain        # the app's shutdown, which ends the streams it `stops`
 
     def stops(self, api: str) -> bool: ...
 
@@ -100,9 +101,9 @@ class Injection:
     def _stoppable_marked(self, events: Iterator[MarkedEvent], ctx: dict) -> Iterator[MarkedEvent]:
         """`events` until the graceful timeout of a shutdown is (nearly) over, then the
         tail of a mid-stream failure, as `_stoppable` ends frames."""
-        seq = 0
+        seq, drain = 0, self.injector.drain
         for event in events:
-            if DRAIN.ended:
+            if drain.ended:
                 break
             yield event
             seq += not event.raw
@@ -121,16 +122,16 @@ class Injection:
         return self._stoppable(frames, ctx)
 
     def _stoppable(self, frames: Iterator[tuple[float, bytes]], ctx: dict) -> Iterator[tuple[float, bytes]]:
-        """`frames`, until the server shuts down (llmsim.pacing.draining): then, instead of the
+        """`frames`, until the app's server shuts down (llmsim.pacing.draining): then, instead of the
         rest, the tail of a mid-stream failure (templates/faults.yaml) with `SHUTDOWN`'s error:
         `response.failed` (Responses), an error frame (Responses WebSocket, whose socket the
         server closes next), Chat's error chunk and `[DONE]`, Anthropic's and Gemini's error
         events. A WebSocket response ends as the shutdown begins (the server closes its
         socket at once), every other stream when the graceful timeout is (nearly) over."""
-        websocket = self.api == "websocket"
+        websocket, drain = self.api == "websocket", self.injector.drain
         count = at = 0.0
         for at, frame in frames:
-            if DRAIN.begun and (websocket or DRAIN.ended):
+            if drain.begun and (websocket or drain.ended):
                 break
             yield at, frame
             count += 1

@@ -20,7 +20,6 @@ from typing import Protocol
 from llmsim.observe.requestlog import AccessLog, Trace
 from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 from llmsim.observe.tracing import create as create_tracing
-from llmsim.pacing.pacer import PACERS
 from llmsim.render.jsonbytes import decimal
 
 API_PREFIXES = ("/openai/v1/", "/v1/")     # the default base paths' (settings.base_paths)
@@ -85,6 +84,7 @@ class Observer:
         # the tuned server's garbage collection policy (llmsim.server.collector, given from
         # above by llmsim.api.front); None: CPython's
         self.collector = collector
+        self.pacers = sim.drain.pacers      # the app's (llmsim.pacing.pacer): `catch_up` as requests start and end
 
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)
@@ -120,7 +120,7 @@ class Observer:
     def begin(self, scope, path: str, headers: dict) -> Exchange:
         """The request (`headers`: its headers as a dict) has arrived: its exchange, current
         until `end`."""
-        PACERS.catch_up()
+        self.pacers.catch_up()
         ex = Exchange(self.request_id(headers), "http", scope["method"], path,
                       self._endpoints.get(path) or self.endpoint(path), self.stats)
         ex.token = CURRENT.set(ex)
@@ -161,7 +161,7 @@ class Observer:
         # Timers the request armed keep a copy of its context (so this exchange) until
         # they would have fired, cancelled or not: let its plan go now.
         ex.plan = None
-        PACERS.catch_up()
+        self.pacers.catch_up()
 
     # -- one WebSocket connection ----------------------------------------------------------
     async def websocket(self, scope, receive, send, path: str, app) -> None:

@@ -2,7 +2,7 @@
 
 uvicorn, on SIGTERM (or Ctrl-C), stops accepting, closes every WebSocket at once (code 1012),
 lets HTTP requests in flight run for up to `timeout_graceful_shutdown` (`--graceful-timeout`),
-then cancels what is left: a cut stream with no terminal event. `DRAIN` hears the same signal
+then cancels what is left: a cut stream with no terminal event. The app's `Drain` hears the same signal
 first (its handler wraps the server's, installed as the app starts serving: stock uvicorn's and
 the tuned server's alike) and ends those streams itself, each with its API's terminal error
 (templates/faults.yaml, as a mid-stream fault): a Responses WebSocket response in flight at
@@ -11,7 +11,8 @@ WebSocket as its shutdown begins); paced SSE streams `ENDS_EARLY` seconds before
 uvicorn's timeout, so that their last events are out before it cancels anything. A stream
 learns it is being ended from its frames (llmsim.faults.injection: `begun` / `ended`),
 and the pacer (`Pacer.end_all`) or the task pacing it (`sleepers`; a background response's,
-`late_sleepers`) asks it for what is left.
+`late_sleepers`) asks it for what is left. One `Drain` per app (`Simulator.drain`), holding
+the app's pacers: two apps in one process share no shutdown and no paced stream.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import asyncio
 import signal
 import threading
 
-from llmsim.pacing.pacer import PACERS
+from llmsim.pacing.pacer import Pacers
 
 ENDS_EARLY = 0.2        # seconds before uvicorn's graceful timeout that streams still running end
 WEBSOCKETS_END = 0.5    # seconds WebSocket responses may take to send their error frames before
@@ -28,9 +29,12 @@ SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasat
 
 
 class Drain:
-    """The shutdown of the process's server (one app serves per process; tests reset it)."""
+    """The shutdown of an app's server, and the pacers of the app's streams: one per app (the
+    simulator's `drain`), living as long as the app; each lifespan starts it afresh."""
 
     def __init__(self):
+        self.pacers = Pacers()              # the app's paced streams, one timer per event loop
+        self._ending: asyncio.TimerHandle | None = None    # `end`, at the graceful timeout
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timeout: float | None = None   # --graceful-timeout (None: streams run to their end)
         self.begun = False                  # a shutdown signal came
@@ -42,14 +46,17 @@ class Drain:
     def serving(self, timeout: float | None) -> None:
         """The app starts serving (its lifespan): hear the server's shutdown signals too."""
         self.loop, self.timeout = asyncio.get_running_loop(), timeout
+        self._cancel_ending()               # (a shutdown of an earlier lifespan: not this one's)
         self.begun = self.ended = False
+        self.pacers.serving()
         self.sleepers.clear()
         self.late_sleepers.clear()
         if threading.current_thread() is not threading.main_thread():
             return                          # (an app served in a test's thread: no signals)
         for sig in SIGNALS:
             handler = signal.getsignal(sig)
-            if callable(handler) and handler != self._on_signal:    # the server's (uvicorn's): called first
+            if callable(handler) and handler != self._on_signal and sig not in self._wrapped:
+                # the server's (uvicorn's), or another app's: called after ours
                 self._wrapped[sig] = handler
                 signal.signal(sig, self._on_signal)
 
@@ -59,10 +66,11 @@ class Drain:
         responses, which no request waits for: the server may stop before the timeout)."""
         if self.begun and self.timeout is not None and self.loop is not None and not self.loop.is_closed():
             self.end()
-        for sig, handler in self._wrapped.items():
+        self._cancel_ending()
+        for sig, handler in list(self._wrapped.items()):
             if signal.getsignal(sig) == self._on_signal:
                 signal.signal(sig, handler)
-        self._wrapped.clear()
+                del self._wrapped[sig]  # (else another app's handler wraps ours: it still passes on)
 
     def _on_signal(self, signum, frame) -> None:
         """The server's handler, once the WebSocket responses in flight have sent their error
@@ -97,8 +105,13 @@ class Drain:
         for task in ending:
             task.cancel()
         if self.timeout is not None:
-            asyncio.get_running_loop().call_later(max(0.0, self.timeout - ENDS_EARLY), self.end)
+            self._ending = asyncio.get_running_loop().call_later(max(0.0, self.timeout - ENDS_EARLY), self.end)
         return ending
+
+    def _cancel_ending(self) -> None:
+        if self._ending is not None:
+            self._ending.cancel()
+            self._ending = None
 
     def end(self) -> None:
         """The graceful timeout is (nearly) over: end every paced stream still running, and
@@ -106,7 +119,8 @@ class Drain:
         if self.ended:
             return
         self.ended = True
-        PACERS.end_all()
+        self._cancel_ending()
+        self.pacers.end_all()
         for task in list(self.late_sleepers):
             task.cancel()
 
@@ -119,5 +133,3 @@ class Drain:
         """Where the task pacing such a stream waits (cancelled when it is to end)."""
         return self.sleepers if until == "begun" else self.late_sleepers
 
-
-DRAIN = Drain()

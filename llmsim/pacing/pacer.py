@@ -1,4 +1,5 @@
-"""One timer for every paced stream of an event loop.
+"""One timer for every paced stream of an app on an event loop (an app's `Pacers`, held by its
+`Drain`: never shared with another app in the process).
 
 Each stream is a small state machine in one wheel of millisecond slots: when the loop's
 single timer fires, every stream due writes its due events from the timer callback itself,
@@ -62,7 +63,7 @@ class PacedStream:
     """One stream: its items as (due time, item) pairs (an SSE frame, an event), when it
     began, how it writes; `done` resolves when it ends."""
     __slots__ = ("timed", "start", "write", "keepalive", "lateness", "clock", "context", "done",
-                 "pending", "stepped", "first_wait", "keepalive_at", "closed", "due", "stopped")
+                 "pending", "stepped", "first_wait", "keepalive_at", "closed", "due", "stopped", "pacer")
 
     def __init__(self, timed: Iterator, start: float, write: Callable[[list], Awaitable | None],
                  keepalive: float | None, lateness, clock):
@@ -81,6 +82,7 @@ class PacedStream:
         self.closed = False
         self.due = 0.0                      # when it next writes, while in a Pacer's slot
         self.stopped = False                # ended early by a shutdown (`end`)
+        self.pacer: Pacer | None = None     # the app's pacer it runs on (`Pacer.add`); None: in a task
 
     def close(self) -> None:
         """Stop (the client left, or the response ended): nothing more is written."""
@@ -171,7 +173,7 @@ class PacedStream:
             if following is None:
                 self._finish(ending)
             elif not self.closed:
-                pacer = PACERS.get()
+                pacer = self.pacer
                 if pacer.ended:                 # the server shut down meanwhile
                     self.end(pacer.loop.time())
                 else:
@@ -225,6 +227,7 @@ class Pacer:
                     stream.context.run(stream.end, now)
 
     def add(self, stream: PacedStream, at: float) -> None:
+        stream.pacer = self
         if self.ended:
             stream.context.run(stream.end, self.loop.time())
             return
@@ -310,16 +313,24 @@ def clock_resolution(loop: asyncio.AbstractEventLoop) -> float:
     return time.get_clock_info("monotonic").resolution
 
 
-class _Pacers:
-    """The pacer of the running event loop (one per loop: tests run several)."""
+class Pacers:
+    """An app's pacers: the pacer of each event loop it runs on (one, when served; an app
+    driven by tests may see several). Held by the app's `Drain` (llmsim.pacing.draining), so
+    two apps in one process never share a timer, a stream or a shutdown."""
 
     def __init__(self):
         self.by_loop: dict = {}
         self.last: Pacer | None = None      # the one `get` returned last
 
+    def serving(self) -> None:
+        """The app starts serving (its lifespan): a shutdown before, on the same loop, no
+        longer ends the streams it paces (`Pacer.ended`)."""
+        for pacer in self.by_loop.values():
+            pacer.ended = False
+
     def catch_up(self) -> None:
         """As each request starts and ends (llmsim.observe.observer): `Pacer.catch_up` of the running
-        loop's pacer (with one loop per process, the last pacer is that loop's).
+        loop's pacer (the app's last pacer is that loop's when it serves).
 
         It reads the loop's clock even when no stream waits, because under uvloop reading it
         is what brings libuv's cached clock up to date. libuv reads the time as a loop step
@@ -346,5 +357,3 @@ class _Pacers:
         self.last = pacer
         return pacer
 
-
-PACERS = _Pacers()

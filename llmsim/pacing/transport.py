@@ -13,8 +13,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Protocol
 from starlette.responses import Response
 
 from llmsim.clock import Clock
-from llmsim.pacing.draining import DRAIN
-from llmsim.pacing.pacer import PACERS, PacedStream, send_now
+from llmsim.pacing.draining import Drain
+from llmsim.pacing.pacer import PacedStream, send_now
 from llmsim.render.jsonbytes import decimal, dumps
 from llmsim.render.sse import payload
 
@@ -59,18 +59,19 @@ class JSONBytes(Response):
 
 async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clock,
                     keepalive: float | None = None, lateness=None,
-                    until: str | None = None) -> AsyncIterator[list]:
+                    until: str | None = None, drain: Drain | None = None) -> AsyncIterator[list]:
     """Pacing in the calling task, of (due time, item) pairs: lists of items, each sent when
     its first item is due (`start + due time`). The same state machine as the shared timer's
     (llmsim.pacing.pacer.PacedStream): with `keepalive` (seconds) an empty list comes every
     `keepalive` seconds while waiting for the first token; `lateness` (a `stats.Lateness`)
     records how late each list left; a ConnectionDrop in the items ends it after what was
     due before it. `until` "begun" (a WebSocket response) or "ended" (a background response):
-    that phase of a shutdown (llmsim.pacing.draining) ends it at once, with what is left of it.
+    that phase of `drain`'s shutdown (the app's, llmsim.pacing.draining) ends it at once, with
+    what is left of it.
     """
     written: list[list] = []
     stream = PacedStream(iter(timed), start, written.append, keepalive, lateness, clock)
-    task = asyncio.current_task() if until else None
+    task = asyncio.current_task() if until and drain is not None else None
     try:
         following = stream.step(clock.now())
         while True:
@@ -83,15 +84,15 @@ async def due_lists(timed: Iterable[tuple[float, Any]], start: float, clock: Clo
                 await clock.sleep_until(following)
                 following = stream.step(clock.now())
                 continue
-            if DRAIN.stopping(until):       # (it came while this stream was writing)
+            if drain.stopping(until):       # (it came while this stream was writing)
                 following = stream.end(clock.now())
                 continue
-            sleepers = DRAIN.waiting(until)
+            sleepers = drain.waiting(until)
             sleepers.add(task)
             try:
                 await clock.sleep_until(following)
             except asyncio.CancelledError:
-                if not DRAIN.stopping(until):
+                if not drain.stopping(until):
                     raise
                 task.uncancel()             # the server is shutting down: what is left, now
                 following = stream.end(clock.now())
@@ -121,7 +122,8 @@ class Paced:
     token; `lateness` (a `stats.Lateness`) records how late each chunk left.
 
     Iterated (`async for`), it paces in the iterating task. Given straight to `SSEResponse`
-    on the real clock, it runs on the process's shared timer instead (llmsim.pacing.pacer).
+    on the real clock with a `drain` (the app's, which holds its pacers), it runs on the app's
+    shared timer instead (llmsim.pacing.pacer).
     """
 
     on_chunk: Callable[[list, bytes], None] | None = None   # sees every batch of frames written
@@ -132,9 +134,9 @@ class Paced:
                                                     # from `start` when it did
 
     def __init__(self, frames: Iterable[tuple[float, bytes]], start: float, clock: Clock,
-                 keepalive: float | None = None, lateness=None):
+                 keepalive: float | None = None, lateness=None, drain: Drain | None = None):
         self.frames, self.start, self.clock = iter(frames), start, clock
-        self.keepalive, self.lateness = keepalive, lateness
+        self.keepalive, self.lateness, self.drain = keepalive, lateness, drain
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for batch in due_lists(self.frames, self.start, self.clock, self.keepalive,
@@ -188,7 +190,7 @@ class SSEResponse(Response):
             if not self.head_written:
                 await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             chunks = self.chunks
-            if isinstance(chunks, Paced) and chunks.clock.realtime:
+            if isinstance(chunks, Paced) and chunks.drain is not None and chunks.clock.realtime:
                 stream = self._on_pacer(chunks, send, hooks.chunk_writer(scope) if hooks is not None else None)
                 self._waiting = stream.done
                 await stream.done
@@ -215,7 +217,7 @@ class SSEResponse(Response):
 
     @staticmethod
     def _on_pacer(paced: Paced, send, direct: Callable[[bytes, bool], bool] | None) -> PacedStream:
-        """Run `paced` on the shared timer: its first step now, the rest when due. Chunks go
+        """Run `paced` on its app's shared timer: its first step now, the rest when due. Chunks go
         `direct` to the connection when it can (llmsim.server.connection), else through `send`.
         The first step's chunk leaves with the headers (and, for an instant stream, the end)
         in one write; a later step's leaves at once, before the timer renders the next
@@ -234,7 +236,9 @@ class SSEResponse(Response):
         following = stream.step(clock.now())
         on_timer = True
         if following is not None:
-            PACERS.get().add(stream, following)
+            paced.drain.pacers.get().add(stream, following)
+        elif not stream.done.done():        # its first write waits for the client: it resumes
+            stream.pacer = paced.drain.pacers.get()     # on the app's pacer (`PacedStream._after`)
         return stream
 
     async def _watch(self, receive) -> None:
@@ -259,6 +263,7 @@ class SSEResponse(Response):
 async def ws_send(websocket, paced: Paced) -> None:
     """A paced SSE stream over a WebSocket: each event's data (`sse.payload`, its frame without
     the `event:`/`data:` envelope) as one text message, at the same deadlines as over HTTP."""
-    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness, "begun"):
+    async for batch in due_lists(paced.frames, paced.start, paced.clock, None, paced.lateness, "begun",
+                                 paced.drain):
         for frame in batch:
             await websocket.send_text(payload(frame).decode())

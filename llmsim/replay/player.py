@@ -22,6 +22,7 @@ from starlette.responses import Response
 from llmsim.clock import Clock
 from llmsim.errors import NotFoundError
 from llmsim.pacing import transport
+from llmsim.pacing.draining import Drain
 from llmsim.replay import fixtures
 
 PARENTS = 10000                 # short response ids remembered (longer ones carry their key)
@@ -33,9 +34,10 @@ _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 class Player:
-    def __init__(self, directory: str | Path, clock: Clock, speed: float = 1.0, strict: bool = False,
-                 seed: int | None = None):
+    def __init__(self, directory: str | Path, clock: Clock, drain: Drain, speed: float = 1.0,
+                 strict: bool = False, seed: int | None = None):
         self.clock, self.speed, self.strict = clock, speed, strict
+        self.drain = drain          # the app's shutdown and pacers (llmsim.pacing.draining)
         self.fixtures: dict[str, list[dict]] = defaultdict(list)
         for fixture in fixtures.load(Path(directory)):
             self.fixtures[fixture["key"]].append(fixture)
@@ -68,7 +70,7 @@ class Player:
         status, headers = response.get("status", 200), response.get("headers") or {}
         if "events" in response:
             frames = [(self._at(event.get("t", 0)), _frame(event, fresh)) for event in response["events"]]
-            return transport.SSEResponse(transport.Paced(frames, start, self.clock))
+            return transport.SSEResponse(transport.Paced(frames, start, self.clock, drain=self.drain))
         await self.clock.sleep_until(start + self._at(response.get("t", 0)))
         if "body" in response:
             content = json.dumps(fresh(response["body"]), ensure_ascii=False, separators=(",", ":")).encode()

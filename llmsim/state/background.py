@@ -17,7 +17,6 @@ import socket
 from typing import AsyncIterator, Iterator, Protocol, Sequence
 
 from llmsim.pacing import transport
-from llmsim.pacing.draining import DRAIN
 from llmsim.render import sse
 from llmsim.render.templates import MarkedEvent
 from llmsim.state.prior import Prior
@@ -162,7 +161,7 @@ class Jobs:
             await asyncio.wait([self._leasing])
             self._leasing = None
         ending = [job.task for job in self.running.values() if job.task is not None]
-        if ending and DRAIN.ended:
+        if ending and self.sim.drain.ended:
             await asyncio.wait(ending, timeout=STOP_WAIT_S)
 
     async def _lease(self) -> None:
@@ -206,7 +205,8 @@ class Jobs:
                 start, pairs = ticket.start, ticket.timed(pairs)
             # (a shutdown's graceful timeout ends it: the rest of `events`, a stoppable
             # stream, is then its terminal error, which followers read too)
-            async for batch in transport.due_lists(pairs, start, self.sim.clock, until="ended"):
+            async for batch in transport.due_lists(pairs, start, self.sim.clock, until="ended",
+                                                   drain=self.sim.drain):
                 frames = [sse.frame(event) for event in batch]
                 snapshot = latest_response(batch)
                 if not await store.append_events(job.id, frames, snapshot, expect_events=len(job.frames)):

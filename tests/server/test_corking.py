@@ -12,6 +12,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from llmsim.clock import Clock
+from llmsim.pacing.draining import Drain
 from llmsim.pacing.transport import Paced, SSEResponse
 from llmsim.render.sse import framed
 from llmsim.render.templates import Event
@@ -27,18 +28,21 @@ REQUEST = b"POST /stream HTTP/1.1\r\nHost: sim\r\nContent-Length: 2\r\n\r\n{}"
 # `Transport` and `handled`: tests/rawprotocol.py (tests/server/test_front.py uses them too)
 
 
-def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None):
+def paced_app(n: int, gap: float = GAP, start: float | None = None, drawn=None, drain: Drain | None = None):
     """Streams of n events `gap` apart from `start` (default: the request); `drawn(i)` is
-    called as the stream takes event i from its template."""
+    called as the stream takes event i from its template. One app: its own `drain` (its
+    pacers) unless given another app's."""
     def events():
         for i in range(n):
             if drawn is not None:
                 drawn(i)
             yield Event("e", {"i": i}, i * gap)
 
+    drain = drain or Drain()        # the app's shutdown and pacers (as `Simulator.drain`)
+
     async def app(scope, receive, send):
         began = Clock().now() if start is None else start
-        await SSEResponse(Paced(framed(events()), began, Clock()))(scope, receive, send)
+        await SSEResponse(Paced(framed(events()), began, Clock(), drain=drain))(scope, receive, send)
     return app
 
 
@@ -114,16 +118,20 @@ async def test_streams_due_together_each_leave_before_the_next_is_rendered():
     """Where one timer finds many streams due, a stream's token does not wait while the
     others are rendered: each is written as soon as it is made."""
     order: list[str] = []
-    start = Clock().now() + 0.05                # both streams' first events due at once, later
+    # both streams' first events due at once, later: well after both requests have started,
+    # even the first ones of a fresh process on a busy machine (its first request is slow)
+    start = Clock().now() + 0.5
+    drain = Drain()                             # one app's: its one timer finds both due
     pairs = []
     for name in "ab":
-        protocol, transport = connect(app=paced_app(2, gap=0.05, start=start,
+        protocol, transport = connect(app=paced_app(2, gap=0.05, start=start, drain=drain,
                                                      drawn=lambda i, name=name: order.append(f"draw {name}{i}")))
         real_write = transport.write
         transport.write = lambda data, name=name, real_write=real_write: (
             order.append(f"write {name}"), real_write(data))
         pairs.append((protocol, transport))
     await handled(*(p for p, _ in pairs))
+    assert order[:2] == ["draw a0", "draw b0"]  # both started before their first event was due
     # a stream draws its next event (here 1) while writing the due one (0)
     due_together = order[order.index("draw a1"):order.index("draw a1") + 4]
     assert due_together == ["draw a1", "write a", "draw b1", "write b"]

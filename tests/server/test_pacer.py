@@ -1,4 +1,4 @@
-"""The shared timer that paces every SSE stream of a process (llmsim.pacing.pacer), on a real loop:
+"""The shared timer that paces every SSE stream of an app (llmsim.pacing.pacer), on a real loop:
 events leave in order and never before they are due, a client whose buffer is full holds
 only its own stream back, and drops and keep-alives behave as in a stream paced by a task."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from llmsim.api.front import Front
 from llmsim.clock import Clock
 from llmsim.errors import ConnectionDrop
-from llmsim.pacing.pacer import PACERS, PacedStream, send_now
+from llmsim.pacing.draining import Drain
+from llmsim.pacing.pacer import PacedStream, send_now
 from llmsim.pacing.transport import Paced, SSEResponse
 from llmsim.render.sse import framed
 from llmsim.render.templates import Event
@@ -30,6 +31,12 @@ def events(n: int, gap: float = GAP, first: float = 0.0):
 
 def frames(sent: list[dict]) -> list[bytes]:
     return [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
+
+
+@pytest.fixture
+def drain() -> Drain:
+    """An app's shutdown and pacers (`Simulator.drain`): the streams of one test share its timer."""
+    return Drain()
 
 
 async def respond(paced: Paced, send) -> None:
@@ -61,7 +68,7 @@ async def test_a_send_that_waits_for_the_client_completes_when_awaited():
     assert sent == [{"n": 1}]
 
 
-async def test_many_interleaved_streams_write_every_event_in_order_and_never_early():
+async def test_many_interleaved_streams_write_every_event_in_order_and_never_early(drain):
     clock = Clock()
     logs: dict[int, list] = {}
 
@@ -72,7 +79,7 @@ async def test_many_interleaved_streams_write_every_event_in_order_and_never_ear
         async def send(message):
             if message["type"] == "http.response.body" and message["body"]:
                 log.append((clock.now() - start, message["body"]))
-        await respond(Paced(framed(events(12, first=0.001 * (k % 7))), start, clock), send)
+        await respond(Paced(framed(events(12, first=0.001 * (k % 7))), start, clock, drain=drain), send)
     await asyncio.gather(*(one(k) for k in range(200)))
     for k, log in logs.items():
         data = b"".join(body for _, body in log)
@@ -82,7 +89,7 @@ async def test_many_interleaved_streams_write_every_event_in_order_and_never_ear
         assert all(at >= first_due - 1e-6 for at, _ in log)
 
 
-async def test_a_blocked_client_holds_back_only_its_own_stream():
+async def test_a_blocked_client_holds_back_only_its_own_stream(drain):
     clock = Clock()
     drained = asyncio.get_running_loop().create_future()
     slow, fast = [], []
@@ -95,10 +102,10 @@ async def test_a_blocked_client_holds_back_only_its_own_stream():
     async def fast_send(message):
         fast.append(message)
     start = clock.now()
-    slow_task = asyncio.ensure_future(respond(Paced(framed(events(5)), start, clock), slow_send))
+    slow_task = asyncio.ensure_future(respond(Paced(framed(events(5)), start, clock, drain=drain), slow_send))
     # the fast stream ends (generous bound: the machine may be busy), in as many writes as
     # the timer took to reach its events: all five events are there
-    await asyncio.wait_for(respond(Paced(framed(events(5)), start, clock), fast_send), 30)
+    await asyncio.wait_for(respond(Paced(framed(events(5)), start, clock, drain=drain), fast_send), 30)
     assert b"".join(frames(fast)).count(b"event: e\n") == 5
     assert frames(slow) == [] and not slow_task.done()
     drained.set_result(None)
@@ -106,7 +113,7 @@ async def test_a_blocked_client_holds_back_only_its_own_stream():
     assert b"".join(frames(slow)).count(b"event: e\n") == 5
 
 
-async def test_a_drop_sends_what_was_due_then_ends_the_stream_with_the_drop():
+async def test_a_drop_sends_what_was_due_then_ends_the_stream_with_the_drop(drain):
     clock = Clock()
 
     def dropping():
@@ -117,25 +124,25 @@ async def test_a_drop_sends_what_was_due_then_ends_the_stream_with_the_drop():
     async def send(message):
         sent.append(message)
     with pytest.raises(ConnectionDrop):
-        await respond(Paced(framed(dropping()), clock.now(), clock), send)
+        await respond(Paced(framed(dropping()), clock.now(), clock, drain=drain), send)
     assert b"".join(frames(sent)).count(b"event: e\n") == 3
     assert not any(m.get("more_body") is False for m in sent)     # the body never ends
 
 
-async def test_keepalive_comments_go_out_before_the_first_event_only():
+async def test_keepalive_comments_go_out_before_the_first_event_only(drain):
     clock = Clock()
     sent = []
 
     async def send(message):
         sent.append(message)
-    await respond(Paced(framed(events(3, first=0.3)), clock.now(), clock, keepalive=0.012), send)
+    await respond(Paced(framed(events(3, first=0.3)), clock.now(), clock, keepalive=0.012, drain=drain), send)
     bodies = frames(sent)
     comments = [b for b in bodies if b.startswith(b": ")]
     assert len(comments) >= 3
     assert bodies.index(comments[-1]) < bodies.index(next(b for b in bodies if b.startswith(b"event")))
 
 
-async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_out_at_once():
+async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_out_at_once(drain):
     clock = Clock()
     sent = []
 
@@ -143,17 +150,17 @@ async def test_keepalive_comments_go_out_while_waiting_even_after_an_event_went_
         sent.append(message)
     created = Event("created", {"i": -1}, 0.0)           # like response.created, due at once
     stream = itertools.chain([created], events(2, first=0.3))
-    await respond(Paced(framed(stream), clock.now(), clock, keepalive=0.012), send)
+    await respond(Paced(framed(stream), clock.now(), clock, keepalive=0.012, drain=drain), send)
     bodies = frames(sent)
     assert bodies[0].startswith(b"event: created")
     assert sum(b.startswith(b": ") for b in bodies[1:]) >= 3
 
 
-def paced_on_timer(written: list, first_due_in: float) -> None:
-    """A stream on the shared timer whose one event is due `first_due_in` seconds from now."""
+def paced_on_timer(app: Front, written: list, first_due_in: float) -> None:
+    """A stream on `app`'s shared timer whose one event is due `first_due_in` seconds from now."""
     clock = Clock()
     start = clock.now() + first_due_in
-    PACERS.get().add(PacedStream(framed(events(1)), start, written.extend, None, None, clock), start)
+    app.drain.pacers.get().add(PacedStream(framed(events(1)), start, written.extend, None, None, clock), start)
 
 
 def observed(app) -> Front:
@@ -181,8 +188,9 @@ async def test_a_request_starting_lets_overdue_streams_write_before_it_is_handle
 
     async def handler(scope, receive, send):
         seen_by_handler.append(len(written))
-    paced_on_timer(written, first_due_in=-0.01)
-    await call(observed(handler))
+    app = observed(handler)
+    paced_on_timer(app, written, first_due_in=-0.01)
+    await call(app)
     assert seen_by_handler == [1]
 
 
@@ -191,8 +199,9 @@ async def test_a_request_ending_lets_streams_write_what_fell_due_while_it_ran():
 
     async def busy_handler(scope, receive, send):
         time.sleep(0.01)            # holds the loop, as a heavy request or a burst of them does
-    paced_on_timer(written, first_due_in=0.002)
-    await call(observed(busy_handler))
+    app = observed(busy_handler)
+    paced_on_timer(app, written, first_due_in=0.002)
+    await call(app)
     assert len(written) == 1
 
 
@@ -200,18 +209,18 @@ async def test_a_request_ending_lets_streams_write_what_fell_due_while_it_ran():
 def test_a_stream_due_after_a_burst_of_requests_in_one_loop_step_is_written_on_time():
     """uvloop sleeps until its next timer counting from its clock's last reading, which
     without the requests' own readings is from before the burst."""
+    async def streaming_handler(scope, receive, send):
+        time.sleep(0.01)                            # planning and the first chunk
+        await asyncio.get_running_loop().create_future()       # then it streams on
+    app = observed(streaming_handler)
+
     async def burst_then_first_token() -> float:
         clock = Clock()
         due = clock.now() + 2.0                     # well after the burst, even on a busy machine
         written_at: list[float] = []
         stream = PacedStream(framed(events(1)), due, lambda batch: written_at.append(clock.now()),
                              None, None, clock)
-        PACERS.get().add(stream, due)
-
-        async def streaming_handler(scope, receive, send):
-            time.sleep(0.01)                        # planning and the first chunk
-            await asyncio.get_running_loop().create_future()       # then it streams on
-        app = observed(streaming_handler)
+        app.drain.pacers.get().add(stream, due)
         burst = [asyncio.create_task(call(app)) for _ in range(60)]    # 600 ms in one step
         await stream.done
         for request in burst:
