@@ -58,29 +58,30 @@ def starlette_response(response: ConnexionResponse) -> Response:
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Front:
     settings = settings or Settings()
-    sim = Simulator.load(settings, clock)
+    simulator = Simulator.load(settings, clock)
     tuned = settings.server == "tuned"
     if tuned:       # connexion's private context, set by the fast lane for its requests too
         from llmsim.server import context as current
     else:
         from llmsim.api import current
-    pipeline = Pipeline(sim)        # every generating operation: its adapter through the pipeline
-    generating = {name: Generating(pipeline, adapter, current) for name, adapter in adapters(sim).items()}
+    pipeline = Pipeline(simulator)        # every generating operation: its adapter through the pipeline
+    generating = {name: Generating(pipeline, adapter, current) for name, adapter in adapters(simulator).items()}
     groups = {"responses": generating["responses"], "chat": generating["chat"],
               "completions": generating["completions"], "embeddings": generating["embeddings"],
               "moderations": generating["moderations"], "compaction": generating["compact"],
-              "anthropic": AnthropicHandlers(sim, generating["anthropic"]),
-              "gemini": GeminiHandlers(sim, generating["gemini"], generating["gemini_embed"]),
-              "models": ModelsHandlers(sim), "stats": StatsHandlers(sim), "faults": FaultsHandlers(sim),
-              "config": ConfigHandlers(sim), "response_store": ResponseStoreHandlers(sim),
-              "conversations": ConversationsHandlers(sim), "chat_store": ChatStoreHandlers(sim)}
-    groups["vllm"] = VllmHandlers(sim)         # --compat vllm's routes (llmsim.api.compat)
+              "anthropic": AnthropicHandlers(simulator, generating["anthropic"]),
+              "gemini": GeminiHandlers(simulator, generating["gemini"], generating["gemini_embed"]),
+              "models": ModelsHandlers(simulator), "stats": StatsHandlers(simulator),
+              "faults": FaultsHandlers(simulator),
+              "config": ConfigHandlers(simulator), "response_store": ResponseStoreHandlers(simulator),
+              "conversations": ConversationsHandlers(simulator), "chat_store": ChatStoreHandlers(simulator)}
+    groups["vllm"] = VllmHandlers(simulator)         # --compat vllm's routes (llmsim.api.compat)
     vllm_routes = compat.routes(settings)
     main_document = compat.main_document(settings)     # --compat vllm: with vLLM's extra parameters
     base_paths = tuple(settings.base_paths)     # "" mounts the routes without a prefix
     apis = Apis.load(datafiles.OPENAPI_DIR, settings.spec_path)   # other providers' documents
-    error_templates = {None: sim.templates["errors"],
-                       **{doc.errors: sim.templates[doc.errors] for doc in apis.documents}}
+    error_templates = {None: simulator.templates["errors"],
+                       **{doc.errors: simulator.templates[doc.errors] for doc in apis.documents}}
     allowed = AllowedMethods.load([(settings.spec_path, base_paths), (ADMIN_SPEC, ["/llmsim"]),
                                    *[(doc.path, doc.own) for doc in apis.documents],
                                    *([(vllm_routes[0], [""])] if vllm_routes else [])])  # for 405s
@@ -91,7 +92,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
     def render_error(exc: APIError, path: str | None = None) -> ConnexionResponse:
         """`exc` in the envelope of the API `path` belongs to (llmsim.api.apis)."""
-        sim.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
+        simulator.stats.error(exc.code or exc.type, injected=getattr(exc, "injected", False))
         document = apis.of(path)
         template = error_templates[document.errors if document is not None else None]
         return ConnexionResponse(status_code=exc.status, mimetype=transport.JSON,
@@ -151,8 +152,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                     swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False))
 
     async def health(request):
-        return transport.json_response(sim.templates["health"].body_json(version=__version__, base_paths=base_paths,
-                                                                               pid=os.getpid()))
+        template = simulator.templates["health"]
+        return transport.json_response(template.body_json(version=__version__, base_paths=base_paths, pid=os.getpid()))
     app.add_url_rule("/health", "health", health, methods=["GET"])
     app.add_api(datafiles.read_yaml(ADMIN_SPEC), base_path="/llmsim", name="/llmsim", strict_validation=False,
                 validator_map={"body": {"application/json": BodyValidator}}, validate_responses=False)
@@ -168,8 +169,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     if tuned:
         from llmsim.api.fastpath import json_operations
         operations = json_operations(main_document, base_paths, resolve)
-    socket = ResponsesSocket(sim, pipeline, generating["websocket"].adapter)
-    front = Front(app, sim=sim, operations=operations, websockets=socket.router(base_paths),
+    socket = ResponsesSocket(simulator, pipeline, generating["websocket"].adapter)
+    front = Front(app, simulator=simulator, operations=operations, websockets=socket.router(base_paths),
                   render_error=lambda exc, path=None: starlette_response(render_error(exc, path)),
                   base_paths=base_paths + apis.bases, tuned=tuned, apis=apis)
     socket.tracing = front.observer.tracing     # OpenTelemetry (None: off): a span per WebSocket turn

@@ -22,7 +22,7 @@ class Clock:
     def wall(self) -> float:
         return time.time()
 
-    def began(self, received_at: float | None) -> float:
+    def request_start(self, received_at: float | None) -> float:
         """When a request's simulated time starts: when the server read it (`received_at`, on
         this clock), so time spent queued behind other requests counts toward its latency
         instead of being added to it; now, when the server did not say."""
@@ -50,7 +50,7 @@ class FakeClock(Clock):
         self._wall = wall
         self.sleeps: list[float] = []
 
-    def began(self, received_at: float | None) -> float:
+    def request_start(self, received_at: float | None) -> float:
         return self.now()      # a real-time stamp means nothing here
 
     def now(self) -> float:

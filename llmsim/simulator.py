@@ -21,7 +21,7 @@ from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
 from llmsim.sim import latency, tokens
 from llmsim.sim.models import Catalogue
-from llmsim.sim.plan import Context
+from llmsim.sim.responses_plan import Context
 from llmsim.sim.reasoning import ReasoningRules
 from llmsim.sim.scenarios import ScenarioSet
 from llmsim.state.liveconfig import LiveConfig

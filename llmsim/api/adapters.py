@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from llmsim.api import answer
 from llmsim.pacing import transport
-from llmsim.sim import chatplan, compaction, completionplan, embeddings, geminiplan, inputs, messages, moderation
-from llmsim.sim import plan as planning
-from llmsim.sim.plan import Context
+from llmsim.sim import (anthropic_plan, chat_plan, compaction, completions_plan, embeddings, gemini_plan, inputs,
+                        moderation)
+from llmsim.sim import responses_plan as planning
+from llmsim.sim.responses_plan import Context
 from llmsim.state.chats import ChatStore
 from llmsim.state.responses import Replay, wants_store
 
@@ -36,9 +37,9 @@ class Adapter:
     history = False                 # it continues stored history (`prior`)
     marks = False                   # it marks prefixes to cache (`read_marks`)
 
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.template = sim.templates[self.template_name]
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.template = simulator.templates[self.template_name]
 
     # -- reading the request --
     def model(self, req: dict) -> str:
@@ -53,7 +54,7 @@ class Adapter:
         return True
 
     def context(self, req: dict, ctrl) -> Context:      # (an adapter with its own `model` has its own)
-        return self.sim.context(req["model"], ctrl)
+        return self.simulator.context(req["model"], ctrl)
 
     def turns(self, call: Call) -> list[inputs.Turn]:
         """The conversation so far, the request's own turns last (what scenarios count)."""
@@ -86,7 +87,7 @@ class Adapter:
         return {"req": call.req}
 
     async def deliver(self, pipe: Pipeline, call: Call):
-        return await answer.reply(self.sim, self.template, call.plan, call.start, call.req.get("stream"),
+        return await answer.reply(self.simulator, self.template, call.plan, call.start, call.req.get("stream"),
                                   call.fault, call.ticket, **self.variables(call))
 
 
@@ -107,47 +108,47 @@ class Responses(Adapter):
         return bool(req.get("background"))
 
     def known(self, call):
-        return self.sim.state.known_prior(call.req)
+        return self.simulator.state.known_prior(call.req)
 
     async def prior(self, call):
-        return await self.sim.state.prior(call.req)
+        return await self.simulator.state.prior(call.req)
 
     def plan(self, call, ctx, script):
         return planning.plan_response(call.req, ctx, call.prior.turns, script=script)
 
     async def deliver(self, pipe, call):
-        sim, body, plan, fault, prior = self.sim, call.req, call.plan, call.fault, call.prior
+        simulator, body, plan, fault, prior = self.simulator, call.req, call.plan, call.fault, call.prior
         store = wants_store(body)
-        own = sim.state.input_items(body, call.ctx.rng) if store else []
+        own = simulator.state.input_items(body, call.ctx.rng) if store else []
         if body.get("background"):
             events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
-            job, queued = await sim.state.jobs.start(body, prior, own, events, call.start, call.admission)
+            job, queued = await simulator.state.jobs.start(body, prior, own, events, call.start, call.admission)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
-            chunks = answer.events(sim, fault.frames(self.template, plan=plan, req=body), call.start, call.ticket)
+            chunks = answer.events(simulator, fault.frames(self.template, plan=plan, req=body), call.start, call.ticket)
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
-                chunks = sim.state.recorded(chunks, body, prior, own, replay)
+                chunks = simulator.state.record_stream(chunks, body, prior, own, replay)
             return transport.SSEResponse(chunks)
-        await answer.wait(sim, plan, call.start, call.ticket)
+        await answer.wait(simulator, plan, call.start, call.ticket)
         content = self.template.body_json(plan=plan, req=body)
         if store:                       # the store keeps these bytes
-            if not sim.state.saved_now(body, prior, own, content, plan):
-                await sim.state.save(body, prior, own, content, plan=plan)
+            if not simulator.state.try_save_now(body, prior, own, content, plan):
+                await simulator.state.save(body, prior, own, content, plan=plan)
             if prior.conversation:      # its items join the conversation
-                await sim.state.conclude(body, prior, own, content)
+                await simulator.state.add_to_conversation(body, prior, own, content)
         return transport.json_response(content)
 
 
 class Chat(Adapter):
     name = endpoint = template_name = "chat"
 
-    def __init__(self, sim):
-        super().__init__(sim)
-        self.stored = ChatStore(sim)
+    def __init__(self, simulator):
+        super().__init__(simulator)
+        self.stored = ChatStore(simulator)
 
     def turns(self, call):
-        return chatplan.turns(call.req)
+        return chat_plan.turns(call.req)
 
     def cache_key(self, req):
         return req.get("prompt_cache_key")
@@ -157,16 +158,16 @@ class Chat(Adapter):
         return (req.get("max_tokens") if cap is None else cap), req.get("n") or 1
 
     def plan(self, call, ctx, script):
-        return chatplan.plan_chat(call.req, ctx, script)
+        return chat_plan.plan_chat(call.req, ctx, script)
 
     async def deliver(self, pipe, call):
-        sim, body, plan, fault = self.sim, call.req, call.plan, call.fault
+        simulator, body, plan, fault = self.simulator, call.req, call.plan, call.fault
         if body.get("stream"):
             if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))
-            return transport.SSEResponse(answer.events(sim, fault.frames(self.template, plan=plan, req=body),
+            return transport.SSEResponse(answer.events(simulator, fault.frames(self.template, plan=plan, req=body),
                                                        call.start, call.ticket))
-        await answer.wait(sim, plan, call.start, call.ticket)
+        await answer.wait(simulator, plan, call.start, call.ticket)
         content = self.template.body_json(plan=plan, req=body)
         if body.get("store"):
             await self.stored.save(body, content)
@@ -177,16 +178,16 @@ class Completions(Adapter):
     name = endpoint = template_name = "completions"
 
     def turns(self, call):
-        return completionplan.turns(call.req, call.ctx.model.encoding if call.ctx else completionplan.TURN_ENCODING)
+        return completions_plan.turns(call.req, call.ctx.model.encoding if call.ctx else completions_plan.TURN_ENCODING)
 
     def cost(self, req):
         cap = req.get("max_tokens")
         prompts = req["prompt"]
         count = len(prompts) if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else 1
-        return (completionplan.DEFAULT_MAX_TOKENS if cap is None else cap), (req.get("n") or 1) * count
+        return (completions_plan.DEFAULT_MAX_TOKENS if cap is None else cap), (req.get("n") or 1) * count
 
     def plan(self, call, ctx, script):
-        return completionplan.plan_completion(call.req, ctx, None, script)
+        return completions_plan.plan_completion(call.req, ctx, None, script)
 
 
 class Messages(Adapter):
@@ -194,15 +195,15 @@ class Messages(Adapter):
     name, endpoint, provider, template_name = "anthropic", "messages", "anthropic", "anthropic"
 
     def turns(self, call):
-        return messages.turns(call.req)
+        return anthropic_plan.turns(call.req)
 
     def cache_turns(self, call):
-        return messages.cache_order(messages.turns(call.req))
+        return anthropic_plan.cache_order(anthropic_plan.turns(call.req))
 
     marks = True        # `cache_control` marks a prefix to cache
 
     def plan(self, call, ctx, script):
-        return messages.plan_message(call.req, ctx, None, script)
+        return anthropic_plan.plan_message(call.req, ctx, None, script)
 
     async def read_marks(self, call, cache) -> None:
         """Anthropic's explicit caching, from the prefix cache (when the serving model's does not
@@ -210,7 +211,7 @@ class Messages(Adapter):
         plan = call.plan
         if plan.marked is not None:
             prefix, _, tokens = plan.marked
-            hits = await cache.lookup(plan.model, [messages.marked_key(plan.model, prefix)], MARKED_ENTRIES, tokens)
+            hits = await cache.lookup(plan.model, [anthropic_plan.marked_key(plan.model, prefix)], MARKED_ENTRIES, tokens)
             plan.usage.cached_tokens = tokens * hits
 
 
@@ -221,14 +222,14 @@ class Gemini(Adapter):
     provider = "gemini"
 
     def turns(self, call):
-        return geminiplan.turns(call.req)
+        return gemini_plan.turns(call.req)
 
     def cost(self, req):
         config = req.get("generationConfig") or {}
         return config.get("maxOutputTokens"), config.get("candidateCount") or 1
 
     def plan(self, call, ctx, script):
-        return geminiplan.plan_generate(call.req, ctx, None, script)
+        return gemini_plan.plan_generate(call.req, ctx, None, script)
 
     def variables(self, call):
         return {"req": call.req, "shape": "generate"}
@@ -244,7 +245,7 @@ class Embeddings(Adapter):
 
     def plan(self, call, ctx, script):
         model = self.model(call.req)
-        return embeddings.plan_embeddings(call.req, ctx, model in self.sim.catalogue.models)
+        return embeddings.plan_embeddings(call.req, ctx, model in self.simulator.catalogue.models)
 
     def variables(self, call):
         return {}
@@ -254,16 +255,16 @@ class Moderations(Embeddings):
     name = endpoint = template_name = "moderations"
     seeded = True               # (its id)
 
-    def __init__(self, sim):
-        super().__init__(sim)
-        self.rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)  # at start-up
+    def __init__(self, simulator):
+        super().__init__(simulator)
+        self.rules = moderation.Rules.load(simulator.settings.data_file("moderation.yaml"), simulator.profiles)  # at start-up
 
     def model(self, req):
         return req.get("model") or self.rules.default_model
 
     def context(self, req, ctrl):
-        return self.sim.context(self.model(req), ctrl, model=moderation.Model(self.model(req)),
-                                profile=self.sim.profile_for(self.rules))
+        return self.simulator.context(self.model(req), ctrl, model=moderation.Model(self.model(req)),
+                                profile=self.simulator.profile_for(self.rules))
 
     def plan(self, call, ctx, script):
         return moderation.plan_moderation(call.req, self.rules, ctx)
@@ -279,7 +280,7 @@ class GeminiEmbed(Embeddings):
 
     def plan(self, call, ctx, script):
         req = call.req
-        return embeddings.plan_gemini(req["requests"], ctx, self.sim.catalogue.find(req["model"]) is not None,
+        return embeddings.plan_gemini(req["requests"], ctx, self.simulator.catalogue.find(req["model"]) is not None,
                                       req["method"])
 
     def variables(self, call):
@@ -292,10 +293,10 @@ class Compaction(Embeddings):
     history = seeded = True
 
     async def prior(self, call):
-        return await self.sim.state.prior(call.req)     # previous_response_id: what it continues
+        return await self.simulator.state.prior(call.req)     # previous_response_id: what it continues
 
     def plan(self, call, ctx, script):
-        state = self.sim.state
+        state = self.simulator.state
         items = [*call.prior.items, *state.shaped(state.input_items(call.req, ctx.rng))]
         return compaction.plan_compaction(call.req, ctx, items)
 
@@ -332,6 +333,6 @@ ADAPTERS = (Responses, Chat, Completions, Messages, Gemini, Embeddings, GeminiEm
             ResponsesSocket)
 
 
-def adapters(sim: Simulator) -> dict[str, Adapter]:
+def adapters(simulator: Simulator) -> dict[str, Adapter]:
     """One adapter of each API, by its `name`."""
-    return {cls.name: cls(sim) for cls in ADAPTERS}
+    return {cls.name: cls(simulator) for cls in ADAPTERS}

@@ -12,35 +12,35 @@ if TYPE_CHECKING:   # types only: the composition root sits above the API
     from llmsim.simulator import Simulator
 
 
-def events(sim: Simulator, frames, start: float, ticket=None) -> transport.Paced:
+def events(simulator: Simulator, frames, start: float, ticket=None) -> transport.Paced:
     """A stream's (due time, frame) pairs paced from `start`, each gap after the first token
     slowed by the load when the serving model admitted it (`ticket`)."""
     if ticket is not None:
         frames, start = ticket.timed(frames), ticket.start
-    keepalive = sim.settings.keepalive_ms / 1000 if sim.settings.keepalive_ms else None
-    paced = transport.Paced(frames, start, sim.clock, keepalive, sim.stats.lateness, sim.drain)
+    keepalive = simulator.settings.keepalive_ms / 1000 if simulator.settings.keepalive_ms else None
+    paced = transport.Paced(frames, start, simulator.clock, keepalive, simulator.stats.lateness, simulator.drain)
     if (ex := stats.current()) is not None:
         paced.on_left = ex.left         # a stream its client leaves counts what it sent
     return paced
 
 
-async def wait(sim: Simulator, plan, start: float, ticket=None) -> None:
+async def wait(simulator: Simulator, plan, start: float, ticket=None) -> None:
     """Wait until a whole answer's end (`plan.end_at`, slowed by the load with a `ticket`,
     whose slot it then gives back); an instant answer on the real clock waits for nothing."""
     if ticket is not None:
         try:
-            await sim.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
+            await simulator.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
         finally:
             ticket.release()
-    elif plan.end_at or not sim.clock.realtime:
-        await sim.clock.sleep_until(start + plan.end_at)
+    elif plan.end_at or not simulator.clock.realtime:
+        await simulator.clock.sleep_until(start + plan.end_at)
 
 
-async def reply(sim: Simulator, template, plan, start: float, stream: bool = False, fault=None,
+async def reply(simulator: Simulator, template, plan, start: float, stream: bool = False, fault=None,
                 ticket=None, **variables):
     """`template`'s answer for `plan`: its stream as paced SSE (as `fault` cuts it), else its
     body as JSON at the plan's end; `variables` are the template's other variables."""
     if stream:
-        return transport.SSEResponse(events(sim, fault.frames(template, plan=plan, **variables), start, ticket))
-    await wait(sim, plan, start, ticket)
+        return transport.SSEResponse(events(simulator, fault.frames(template, plan=plan, **variables), start, ticket))
+    await wait(simulator, plan, start, ticket)
     return transport.json_response(template.body_json(plan=plan, **variables))

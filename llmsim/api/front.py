@@ -62,13 +62,14 @@ def is_admin(path: str) -> bool:
 
 
 class Front:
-    def __init__(self, app, *, sim, operations: dict[str, Operation], websockets,
+    def __init__(self, app, *, simulator, operations: dict[str, Operation], websockets,
                  render_error: Callable[..., Response], base_paths: tuple[str, ...],
                  tuned: bool = True, apis: Apis | None = None):
         self.app = app                          # connexion: every route not served here
-        self.observer = Observer(sim, Collector(schedule=lambda collect: asyncio.get_running_loop().call_soon(collect))
+        schedule = lambda collect: asyncio.get_running_loop().call_soon(collect)
+        self.observer = Observer(simulator, Collector(schedule=schedule)
                                  if tuned else None)    # the tuned server's GC policy; plain: CPython's
-        self.guard = Guard(settings=sim.settings, base_paths=base_paths, admin=is_admin,
+        self.guard = Guard(settings=simulator.settings, base_paths=base_paths, admin=is_admin,
                            access=Access(), apis=apis)
         self.operations = operations            # the fast lane: none on `--server plain`
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
@@ -77,19 +78,19 @@ class Front:
         # other providers' documents (llmsim.api.apis): one moves a request it claims under its own base path
         self.claim = apis.claim if apis is not None and apis.documents else None
         self.claims = apis.claims if self.claim is not None else None       # (a path no document claims: ())
-        self.eager_ok = not sim.store.needs_task
-        self.webhooks = sim.state.webhooks
-        self.jobs = sim.state.jobs                # keeps this process's lease on background responses
+        self.eager_ok = not simulator.store.needs_task
+        self.webhooks = simulator.state.webhooks
+        self.jobs = simulator.state.jobs                # keeps this process's lease on background responses
         # one process: no other runs background responses, so any a persistent store holds as
         # running were left by a server that stopped (--workers: `llmsim serve` sweeps first)
-        self.fail_orphans = sim.state.fail_orphans
-        self.sweeps = sim.settings.workers == 1
-        self.live = sim.live                    # settings changed at runtime (llmsim.state.liveconfig)
-        self.graceful_timeout = sim.settings.graceful_timeout_s
-        self.drain = sim.drain                  # the app's shutdown, and its paced streams
-        self.body_timeout = sim.settings.body_timeout_s
-        self.header_timeout_s = sim.settings.header_timeout_s     # read by llmsim.server.deadlines
-        self.max_open = sim.settings.max_connections or INFINITE
+        self.fail_orphans = simulator.state.fail_orphans
+        self.sweeps = simulator.settings.workers == 1
+        self.live = simulator.live                    # settings changed at runtime (llmsim.state.liveconfig)
+        self.graceful_timeout = simulator.settings.graceful_timeout_s
+        self.drain = simulator.drain                  # the app's shutdown, and its paced streams
+        self.body_timeout = simulator.settings.body_timeout_s
+        self.header_timeout_s = simulator.settings.header_timeout_s     # read by llmsim.server.deadlines
+        self.max_open = simulator.settings.max_connections or INFINITE
         self.open = 0       # requests in flight (API and llmsim's own) and WebSockets open
 
     def eager(self, scope) -> bool:
@@ -182,7 +183,7 @@ class Front:
                 response = self.render_error(ServerError.unexpected(), scope["path"])
             if response is None:
                 await self.app(scope, receive, observed_send)
-            elif closing or not (self.tuned and self._responded(scope, response, ex)):
+            elif closing or not (self.tuned and self._try_respond(scope, response, ex)):
                 await response(scope, receive, observed_send)
         except ConnectionDrop:
             if not ex.status:       # headers promising a body that never comes
@@ -192,7 +193,7 @@ class Front:
             self.open -= 1
             observer.end(ex)
 
-    def _responded(self, scope, response: Response, ex) -> bool:
+    def _try_respond(self, scope, response: Response, ex) -> bool:
         """Whether `response` went to the client here: its head, and a JSON answer whole, in
         one write where the connection allows (llmsim.server.connection.responder). If not, the
         caller sends it (an SSE response: its body, after the head written here)."""

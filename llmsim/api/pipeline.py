@@ -68,28 +68,28 @@ class Call:
 
 
 class Pipeline:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        sim.reconfigured.append(self.assemble)
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        simulator.reconfigured.append(self.assemble)
         self.assemble()
 
     def assemble(self, *_: Any) -> None:
         """Which stages run, from the settings now in force."""
-        sim = self.sim
-        self.refresh = sim.live.refresh if sim.live.watches else None
-        self.replay = sim.replay
-        self.limiter = sim.limiter if sim.limiter.limits is not None else None
-        sim.serving.refresh(sim.settings)
-        self.serving = sim.serving if sim.serving.on else None
-        self.scripts = sim.scripts
-        scenarios = sim.scripts.scenarios       # every request may be scripted (else: one that asks)
+        simulator = self.simulator
+        self.refresh = simulator.live.refresh if simulator.live.watches else None
+        self.replay = simulator.replay
+        self.limiter = simulator.limiter if simulator.limiter.limits is not None else None
+        simulator.serving.refresh(simulator.settings)
+        self.serving = simulator.serving if simulator.serving.on else None
+        self.scripts = simulator.scripts
+        scenarios = simulator.scripts.scenarios       # every request may be scripted (else: one that asks)
         self.scripted = bool(scenarios.rules) or scenarios.default is not None
 
     # ---- HTTP ----------------------------------------------------------------------------
     async def answer(self, adapter: Adapter, req: dict, received_at: float | None):
         """The response to one HTTP request of `adapter`'s API."""
-        sim = self.sim
-        start = sim.clock.began(received_at)
+        simulator = self.simulator
+        start = simulator.clock.request_start(received_at)
         if self.refresh is not None:
             self.refresh()              # (may reassemble the stages)
         if self.replay is not None and adapter.replays and \
@@ -107,14 +107,14 @@ class Pipeline:
     # ---- the stages every API shares -------------------------------------------------------
     async def run(self, call: Call) -> None:
         """Script, prior, plan, admit, shape, slot and observe `call` (everything but delivery)."""
-        sim, adapter, req, ctrl = self.sim, call.adapter, call.req, call.control
+        simulator, adapter, req, ctrl = self.simulator, call.adapter, call.req, call.control
         script = None
         if adapter.scripts and (self.scripted or ctrl is not None or "metadata" in req) and \
                 self.scripts.wanted(req, ctrl) and adapter.scriptable(call):   # a scenario or a rule may script it
             call.prior = (adapter.known(call) or await adapter.prior(call)) if adapter.history else None
             fault, script = await self.scripts.begin(adapter.name, req, ctrl, adapter.turns(call))
         else:
-            fault = sim.faults.begin(adapter.name, req, ctrl)
+            fault = simulator.faults.begin(adapter.name, req, ctrl)
         if fault.waits:                 # a timeout's error, or what a shared schedule decides
             fault = await fault.wait()
         call.fault = fault
@@ -133,7 +133,7 @@ class Pipeline:
             await self.slot(call, plan, ctx)
         if adapter.records:             # (a WebSocket turn is counted as it is sent)
             ticket = call.ticket
-            sim.stats.record(plan, adapter.endpoint, bool(req.get("stream")), ticket.delay if ticket is not None else 0.0)
+            simulator.stats.record(plan, adapter.endpoint, bool(req.get("stream")), ticket.delay if ticket is not None else 0.0)
 
     async def slot(self, call: Call, plan, ctx) -> None:
         """The serving model's slot or place in the queue, prefill and prefix cache (where it is
@@ -141,9 +141,9 @@ class Pipeline:
         adapter, req = call.adapter, call.req
         params = None
         if self.serving is not None and adapter.serves:
-            params = self.serving.params(self.sim.settings, ctx.profile)
+            params = self.serving.params(self.simulator.settings, ctx.profile)
         if adapter.marks and (params is None or not params.prefix_cache):     # marked prefixes only
-            await adapter.read_marks(call, self.sim.serving.cache)
+            await adapter.read_marks(call, self.simulator.serving.cache)
         if params is not None:          # a slot or a place in the queue, prefill, the prefix cache
             call.admission = self.serving.enter(params, plan, adapter.cache_key(req), adapter.cache_turns(call),
                                                 ctx.model.encoding, call.start)

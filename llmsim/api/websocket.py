@@ -53,7 +53,7 @@ from llmsim.errors import (APIError, ConfigError, ConnectionDrop, InvalidRequest
 from llmsim.pacing import transport
 from llmsim.server.documents import resolved
 from llmsim.sim import inputs
-from llmsim.sim import plan as planning
+from llmsim.sim import responses_plan as planning
 from llmsim.simulator import Simulator
 
 log = logging.getLogger("llmsim.websocket")
@@ -139,12 +139,12 @@ class Conversation:
 class ResponsesSocket:
     """The WebSocket endpoint of one app: counts open connections, serves each one."""
 
-    def __init__(self, sim: Simulator, pipeline: Pipeline, adapter: Adapter):
-        self.sim, self.pipeline, self.adapter = sim, pipeline, adapter
-        self.validator = request_validator(sim.settings.spec_path)
-        self.responses = sim.templates["responses"]
-        self.ws_errors = sim.templates["websocket"]
-        self.http_errors = sim.templates["errors"]
+    def __init__(self, simulator: Simulator, pipeline: Pipeline, adapter: Adapter):
+        self.simulator, self.pipeline, self.adapter = simulator, pipeline, adapter
+        self.validator = request_validator(simulator.settings.spec_path)
+        self.responses = simulator.templates["responses"]
+        self.ws_errors = simulator.templates["websocket"]
+        self.http_errors = simulator.templates["errors"]
         self.open = 0
         self.tracing = None         # llmsim.observe.tracing's, when OpenTelemetry is on (set by llmsim.app)
 
@@ -153,7 +153,7 @@ class ResponsesSocket:
         return Router(routes, default=self.not_found)
 
     async def endpoint(self, websocket: WebSocket) -> None:
-        limit = self.sim.settings.ws_max_connections
+        limit = self.simulator.settings.ws_max_connections
         if self.open >= limit:
             await self.refuse(websocket, APIError(
                 f"Too many open WebSocket connections (limit {limit}); close one or retry later.",
@@ -185,7 +185,7 @@ class Connection:
 
     def __init__(self, endpoint: ResponsesSocket, websocket: WebSocket):
         self.endpoint = endpoint
-        self.sim = endpoint.sim
+        self.simulator = endpoint.simulator
         self.websocket = websocket
         self.last: Conversation | None = None
         self.headers = dict(websocket.scope.get("headers") or ())     # the upgrade's (faults, seeds, limits)
@@ -197,7 +197,7 @@ class Connection:
         frames: asyncio.Queue = asyncio.Queue(QUEUED_FRAMES)
         worker = asyncio.create_task(self.serve(frames))
         reader = asyncio.create_task(self.read(frames))
-        max_age = self.sim.settings.ws_max_age_s
+        max_age = self.simulator.settings.ws_max_age_s
         try:
             done, _ = await asyncio.wait({worker, reader}, timeout=max_age,
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -231,7 +231,7 @@ class Connection:
             raw = await frames.get()
             try:
                 await self.respond(raw)
-                if self.sim.drain.begun:         # shutting down: the response ended with an error frame
+                if self.simulator.drain.begun:         # shutting down: the response ended with an error frame
                     await self.websocket.close(CLOSE_SHUTDOWN)
                     return
             except GONE:
@@ -254,7 +254,7 @@ class Connection:
         call = None
         try:
             pipeline = self.endpoint.pipeline
-            start, self.began = self.sim.clock.now(), time.perf_counter()
+            start, self.began = self.simulator.clock.now(), time.perf_counter()
             if pipeline.refresh is not None:
                 pipeline.refresh()          # settings changed at runtime by another process
             body, self.generate = parse_frame(raw, self.endpoint.validator)
@@ -274,15 +274,15 @@ class Connection:
     async def send(self, call: Call) -> None:
         """A planned turn's events as frames, paced (slowed by the load, with a serving ticket),
         counted once sent; then remembered for the next turn."""
-        sim, plan, ticket = self.sim, call.plan, call.ticket
+        simulator, plan, ticket = self.simulator, call.plan, call.ticket
         frames = call.fault.frames(self.endpoint.responses, plan=plan, req=call.req, websocket=True)
         start = call.start
         try:
             if ticket is not None:
                 frames, start = ticket.timed(frames), ticket.start
-            with sim.stats.turn(plan, self.began, ticket.delay if ticket is not None else 0.0):
-                await transport.ws_send(self.websocket, transport.Paced(frames, start, sim.clock, None,
-                                                                        sim.stats.lateness, sim.drain))
+            with simulator.stats.turn(plan, self.began, ticket.delay if ticket is not None else 0.0):
+                await transport.ws_send(self.websocket, transport.Paced(frames, start, simulator.clock, None,
+                                                                        simulator.stats.lateness, simulator.drain))
         finally:
             if ticket is not None:
                 ticket.release()
@@ -296,7 +296,7 @@ class Connection:
             return []
         if self.last is not None and self.last.response_id == previous_id:
             return self.last.turns
-        turns = await self.sim.state.history_turns(previous_id)
+        turns = await self.simulator.state.history_turns(previous_id)
         if turns is None:
             raise PreviousResponseNotFoundError(previous_id)
         return turns
@@ -310,7 +310,7 @@ class Connection:
 
     async def send_error(self, exc: APIError) -> None:
         if not getattr(exc, "injected", False):       # injected faults count when they are chosen
-            self.sim.stats.error(exc.code or exc.type)
+            self.simulator.stats.error(exc.code or exc.type)
         await self.websocket.send_text(self.endpoint.ws_errors.body_json(error=exc).decode())
 
 

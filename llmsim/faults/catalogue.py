@@ -2,7 +2,7 @@
 
 Per request the first trigger that names a fault wins: the `x-llmsim-fault` header, the
 schedule (`fault_schedule`, `POST /llmsim/faults`), the rates (`errors`, one seeded draw per
-request whatever happens). A handler calls `sim.faults.begin(api, body, headers)`: immediate
+request whatever happens). A handler calls `simulator.faults.begin(api, body, headers)`: immediate
 errors raise there; the returned Injection shapes the plan and the stream. With a store's
 `shared_faults` capability the schedule and rates live in the store, one for every process
 (counted atomically). The story: docs/internals.md#faultscatalogue.

@@ -62,7 +62,7 @@ class Injection:
 
     def answer(self, answer, body: Mapping[str, Any], ctx):
         """What a content fault says instead of `answer` (a scenario's, or None: generated);
-        `ctx` is the request's planning context (llmsim.sim.plan.Context)."""
+        `ctx` is the request's planning context (llmsim.sim.responses_plan.Context)."""
         if self.fault is None or self.fault.kind.effect not in contentfaults.ANSWERS:
             return answer
         return contentfaults.spoiled(self.fault.kind.effect, answer, body, self.api, ctx.rng,

@@ -64,10 +64,10 @@ class GcPolicy(Protocol):
 
 
 class Observer:
-    def __init__(self, sim, collector: GcPolicy | None = None):
-        self.stats: Stats = sim.stats
+    def __init__(self, simulator, collector: GcPolicy | None = None):
+        self.stats: Stats = simulator.stats
         self.counting = self.stats.enabled
-        settings = sim.settings
+        settings = simulator.settings
         # the base paths with their slash, longest first (the bare base path "" is "/")
         self.prefixes = tuple(sorted((base + "/" for base in settings.base_paths), key=len, reverse=True))
         writers = []
@@ -77,14 +77,14 @@ class Observer:
             writers.append(AccessLog(settings.log_format))
         self.writers = self.stats.writers = tuple(writers)
         self._rng = random.Random()
-        self._ids = sim.ids
+        self._ids = simulator.ids
         self._endpoints: dict[str, str] = {}
         self.in_flight = 0
         self.tracing = create_tracing(settings)     # OpenTelemetry: None unless asked for
         # the tuned server's garbage collection policy (llmsim.server.collector, given from
         # above by llmsim.api.front); None: CPython's
         self.collector = collector
-        self.pacers = sim.drain.pacers      # the app's (llmsim.pacing.pacer): `catch_up` as requests start and end
+        self.pacers = simulator.drain.pacers      # the app's (llmsim.pacing.pacer): `catch_up` as requests start and end
 
     def endpoint(self, path: str) -> str:
         name = self._endpoints.get(path)
@@ -157,7 +157,7 @@ class Observer:
             for writer in self.writers:
                 writer.write(ex, end)
         if self.tracing is not None:
-            self.tracing.observed(ex, now)
+            self.tracing.record_exchange(ex, now)
         # Timers the request armed keep a copy of its context (so this exchange) until
         # they would have fired, cancelled or not: let its plan go now.
         ex.plan = None

@@ -4,7 +4,7 @@ semantic conventions say, and the conventions' server metrics, sent over OTLP/HT
 Off unless `otlp_endpoint` or the standard `OTEL_EXPORTER_OTLP_*ENDPOINT` variables ask for it:
 `create` then returns None, nothing here runs and opentelemetry is never imported (the observer
 tests one attribute per request). When on, the event loop only notes each generating request
-(`Call.end` / `observed`: one tuple of plain values appended to a bounded deque); llmsim.observe.otlp
+(`Call.end` / `record_exchange`: one tuple of plain values appended to a bounded deque); llmsim.observe.otlp
 ships them in batches to an exporter process (llmsim.observe.otlp_export, the only code that imports
 opentelemetry), which turns them into spans and metric points and sends them. An incoming W3C `traceparent` makes the span its child
 (same trace id, its span as parent); a `tracestate` is kept on the span. Provider, operation and
@@ -193,7 +193,7 @@ def facts(api: Api, plan, given: dict | None) -> tuple:
 
 
 class Call:
-    """One generating request being traced (`Tracing.start`): `planned` when its answer is
+    """One generating request being traced (`Tracing.start`): `set_plan` when its answer is
     planned, `end` when it has been answered (or failed)."""
     __slots__ = ("tracing", "api", "method", "path", "headers", "given", "start", "wall", "plan",
                  "stream", "delay")
@@ -205,7 +205,7 @@ class Call:
         self.start, self.wall = time.perf_counter(), time.time()
         self.plan, self.stream, self.delay = None, False, 0.0
 
-    def planned(self, plan, stream: bool = False, delay: float = 0.0) -> None:
+    def set_plan(self, plan, stream: bool = False, delay: float = 0.0) -> None:
         """The answer's plan (its id, model, usage, finish reasons and due times); `delay`: seconds
         before its clock started (the serving model's wait and prefill)."""
         self.plan, self.stream, self.delay = plan, stream, delay
@@ -263,7 +263,7 @@ class Tracing:
             given = {"model": model, "max_tokens": max_tokens, "temperature": temperature}
         return Call(self, self.apis.get(api) if api else self.api_of(path), method, path, headers, given)
 
-    def observed(self, ex, now: float) -> None:
+    def record_exchange(self, ex, now: float) -> None:
         """llmsim.observe.observer's hook: an HTTP exchange (llmsim.observe.stats.Exchange) ended
         at `now` (perf_counter); noted when it was a generating request (planned, or failed on a
         generating API's path)."""

@@ -5,7 +5,7 @@ compiles its templates: constant sub-trees serialised once, what one render give
 computed once per render (the `_m` memo), expressions inlined, objects with a fixed name
 inlined. Invariant: a generated function gives the same bytes as the closure writer of
 llmsim.render.jsonwriter (the differential test, tests/test_template_expressions.py, checks
-it). When it raises, the closure only names the template error (`failed`): logged with its
+it). When it raises, the closure only names the template error (`raise_failure`): logged with its
 template and path, answered as a server error. The story: docs/internals.md#renderjsoncodegen.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ Writer = Callable[[dict], "bytes | None"]
 log = logging.getLogger("llmsim.templates")
 
 
-def failed(where: str, error: Exception, reference: Callable[[dict], Any], ctx: dict) -> NoReturn:
+def raise_failure(where: str, error: Exception, reference: Callable[[dict], Any], ctx: dict) -> NoReturn:
     """The generated code of the value at `where` raised `error`: an APIError raised on purpose
     passes; else the value has a template error, which the closure (the reference renderer,
     the same language and lookup rule) renders again only to name it, logged with its template
@@ -194,7 +194,7 @@ class JsonCodegen:
 
     def writer(self, node: Any, where: str, reference: Writer, name: str | None = None,
                once: bool = False, loop_fixed: frozenset[str] = frozenset()) -> Writer:
-        """`node`'s JSON writer: generated code, guarded by `failed` (with `reference`, the
+        """`node`'s JSON writer: generated code, guarded by `raise_failure` (with `reference`, the
         closure writer, to name the error) when it raises; the writer
         of the object `name`, when given, which other writers may call.
         `once`: the value is written once per render (a template's `body`), so nothing of it
@@ -230,16 +230,16 @@ class JsonCodegen:
                 return fast(ctx)
             except TypeError as exc:       # orjson's limit, not a template's: an integer beyond
                 if BIG_INT not in str(exc):     # 64 bits (a request's, echoed) is Python's json's
-                    failed(where, exc, reference, ctx)
+                    raise_failure(where, exc, reference, ctx)
                 return reference(ctx)
-            except Exception as exc:       # a template error, logged and raised (`failed`)
-                failed(where, exc, reference, ctx)
+            except Exception as exc:       # a template error, logged and raised (`raise_failure`)
+                raise_failure(where, exc, reference, ctx)
         write.fast = fast           # for generated code that catches the exception itself
         return write
 
     def value_function(self, node: Any, where: str, reference: Callable[[dict], Any]) -> Callable[[dict], Any]:
         """`node`'s value (a step's time or test, a loop's items) by generated code, guarded
-        by `failed` (with `reference`, the closure) when it raises."""
+        by `raise_failure` (with `reference`, the closure) when it raises."""
         outer, self._names = self._names, set()
         try:
             code, names = self.value_code(node, where), self._names
@@ -251,7 +251,7 @@ class JsonCodegen:
             try:
                 return fast(ctx)
             except Exception as exc:
-                failed(where, exc, reference, ctx)
+                raise_failure(where, exc, reference, ctx)
         value.fast = fast
         return value
 

@@ -5,7 +5,7 @@ Kept beside llmsim.render.jsoncodegen (joined JSON pieces, which pay off where p
 memoised and rendered again: a stream's events) because it saves more than 3% of W1's and
 W2's instructions (docs/performance.md). Invariant: the same bytes as the closure writer of
 llmsim.render.jsonwriter (the differential test checks it); what it does not generate is
-jsoncodegen's JSON, embedded as a Fragment. Errors go through jsoncodegen's `failed`.
+jsoncodegen's JSON, embedded as a Fragment. Errors go through jsoncodegen's `raise_failure`.
 The story: docs/internals.md#renderjsonvaluegen.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ Nested steps become plain Python loops in one function; a loop's variables live 
 and in one dict per loop, filled only where something reads it whole. Invariants: every value
 an event needs is computed before it is yielded (no context outlives its event); the
 expressions and writers called are those `templates.Compiler` checked; a template error is
-logged with its path (llmsim.render.jsoncodegen `failed`). The SSE function is kept because it
+logged with its path (llmsim.render.jsoncodegen `raise_failure`). The SSE function is kept because it
 saves more than 3% of W3's and W4's instructions. The story: docs/internals.md#renderstepcodegen.
 """
 from __future__ import annotations

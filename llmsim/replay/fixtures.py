@@ -22,7 +22,7 @@ from typing import Any
 
 from llmsim.errors import ConfigError
 from llmsim.sim.embeddings import GEMINI_METHODS, gemini_request
-from llmsim.sim.geminiplan import camel_case
+from llmsim.sim.gemini_plan import camel_case
 
 FORMAT = 1                       # `llmsim_fixture` in every file
 ENDPOINTS = {"/responses": "responses", "/chat/completions": "chat", "/completions": "completions",

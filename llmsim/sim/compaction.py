@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmsim.sim import inputs, latency, textgen, tokens
-from llmsim.sim.plan import Context, Usage
+from llmsim.sim.responses_plan import Context, Usage
 from llmsim.sim.plans import Untimed
 
 WORDS_PER_TOKEN = 8         # the summary's words per compacted token

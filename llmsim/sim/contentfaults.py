@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from llmsim.sim import geminiplan, jsonvalues, messages, toolcalls
+from llmsim.sim import anthropic_plan, gemini_plan, jsonvalues, toolcalls
 from llmsim.sim.scenarios import Answer
 
 ANSWERS = ("refusal", "empty_output", "unknown_tool_call", "malformed_tool_arguments",
@@ -53,9 +53,9 @@ def offered(body: Mapping[str, Any], api: str) -> dict:
     if api == "chat":
         return toolcalls.chat_request(body).functions
     if api == "anthropic":
-        return messages.tool_request(body).functions
+        return anthropic_plan.tool_request(body).functions
     if api == "gemini":
-        found = geminiplan.tool_request(body)
+        found = gemini_plan.tool_request(body)
         return found.functions if found is not None else {}
     return toolcalls.responses_request(body).functions
 

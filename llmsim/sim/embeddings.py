@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from llmsim.errors import InvalidRequestError, NotFoundError
 from llmsim.sim import latency, tokens
-from llmsim.sim.geminiplan import camel_case
-from llmsim.sim.plan import Context, Usage
+from llmsim.sim.gemini_plan import camel_case
+from llmsim.sim.responses_plan import Context, Usage
 from llmsim.sim.plans import Untimed
 
 MAX_INPUT_TOKENS = 8192          # per input, every embedding model

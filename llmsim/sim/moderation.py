@@ -14,7 +14,7 @@ from pathlib import Path
 from llmsim import datafiles
 from llmsim.errors import ConfigError, InvalidRequestError, ModelNotFoundError
 from llmsim.sim import latency, tokens
-from llmsim.sim.plan import Usage
+from llmsim.sim.responses_plan import Usage
 from llmsim.sim.plans import Untimed
 
 ENCODING = "o200k_base"       # what moderation inputs are counted in (for stats)

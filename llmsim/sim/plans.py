@@ -1,7 +1,7 @@
 """What every planned answer is, whichever API planned it: the `Plan` protocol.
 
 Faults (llmsim.faults.injection), stats and the request log read a plan only through it, never
-by its type: Responses' `plan.Plan`, Chat's `ChatPlan`, legacy completions' `CompletionPlan`,
+by its type: Responses' `responses_plan.Plan`, Chat's `ChatPlan`, legacy completions' `CompletionPlan`,
 Anthropic's `MessagePlan`, Gemini's `GeminiPlan`, `EmbeddingPlan` and `ModerationPlan` all
 satisfy it. `cut` and `truncate` change the plan in place, each in its API's own words (a
 content filter: Responses incomplete/content_filter, Chat and completions finish_reason
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:   # a type only
-    from llmsim.sim.plan import Usage
+    from llmsim.sim.responses_plan import Usage
 
 
 @runtime_checkable

@@ -6,8 +6,8 @@ schedule and place (latency.schedule, toolcalls.place, `shift_choice`), and the 
 makes to choices afterwards (`cut_choices`, `truncate_choices`).
 
 Each step is pure: what it reads is its arguments (the request, `Context`, an injected rng),
-so planners stay deterministic for a seed. Provider planners (plan, chatplan, completionplan,
-messages, geminiplan) call these, never each other's private helpers.
+so planners stay deterministic for a seed. Provider planners (responses_plan, chat_plan,
+completions_plan, anthropic_plan, gemini_plan) call these, never each other's private helpers.
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def cut_text(text: textgen.Text, room: int, encoding: str) -> textgen.Text:
 
 
 def shift_choice(choice: Any, delta: float) -> None:
-    """Move a choice (chatplan.Choice) in time, so that every choice shares the first one's TTFT."""
+    """Move a choice (chat_plan.Choice) in time, so that every choice shares the first one's TTFT."""
     if not delta:
         return
     choice.first_at += delta
@@ -134,7 +134,7 @@ def cut_choices(plan: Any, k: int, reason: str = "content_filter") -> None:
             choice.visible_tokens = len(choice.pieces)
             choice.end_at = choice.times[-1] if choice.times else choice.first_at
         choice.finish_reason = reason
-    _replanned(plan)
+    _replan(plan)
 
 
 def truncate_choices(plan: Any) -> None:
@@ -151,10 +151,10 @@ def truncate_choices(plan: Any) -> None:
             choice.visible_tokens = len(choice.pieces)
             choice.end_at = choice.times[-1] if choice.times else choice.first_at
         choice.finish_reason = "length"
-    _replanned(plan)
+    _replan(plan)
 
 
-def _replanned(plan: Any) -> None:
+def _replan(plan: Any) -> None:
     plan.replan_chunks()
     plan.end_at = max(choice.end_at for choice in plan.choices)
     plan.usage = plan.usage.with_visible(sum(c.visible_tokens for c in plan.choices))

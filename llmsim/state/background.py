@@ -121,9 +121,9 @@ class Recorder(Protocol):
     async def save(self, body: dict, prior: Prior, own: list[dict], snapshot, frames: Sequence[bytes] = (),
                    plan=None, owner: str | None = None) -> None: ...
 
-    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot) -> None: ...
+    async def add_to_conversation(self, body: dict, prior: Prior, own: list[dict], snapshot) -> None: ...
 
-    async def ended(self, snapshot: dict) -> None: ...
+    async def notify_ended(self, snapshot: dict) -> None: ...
 
     async def fail_orphans(self) -> int: ...
 
@@ -131,11 +131,11 @@ class Recorder(Protocol):
 class Jobs:
     """The background responses running in this process."""
 
-    def __init__(self, sim, state: Recorder):
-        self.sim = sim
+    def __init__(self, simulator, state: Recorder):
+        self.simulator = simulator
         self.state = state
         self.running: dict[str, Job] = {}
-        self.lease_s = sim.settings.background_lease_s
+        self.lease_s = simulator.settings.background_lease_s
         self._leasing: asyncio.Task | None = None
         self._owner: tuple[int, str] | None = None
 
@@ -161,7 +161,7 @@ class Jobs:
             await asyncio.wait([self._leasing])
             self._leasing = None
         ending = [job.task for job in self.running.values() if job.task is not None]
-        if ending and self.sim.drain.ended:
+        if ending and self.simulator.drain.ended:
             await asyncio.wait(ending, timeout=STOP_WAIT_S)
 
     async def _lease(self) -> None:
@@ -205,16 +205,16 @@ class Jobs:
                 start, pairs = ticket.start, ticket.timed(pairs)
             # (a shutdown's graceful timeout ends it: the rest of `events`, a stoppable
             # stream, is then its terminal error, which followers read too)
-            async for batch in transport.due_lists(pairs, start, self.sim.clock, until="ended",
-                                                   drain=self.sim.drain):
+            async for batch in transport.due_lists(pairs, start, self.simulator.clock, until="ended",
+                                                   drain=self.simulator.drain):
                 frames = [sse.frame(event) for event in batch]
                 snapshot = latest_response(batch)
                 if not await store.append_events(job.id, frames, snapshot, expect_events=len(job.frames)):
                     break     # cancelled, deleted or expired meanwhile
                 job.publish(frames)
                 if snapshot is not None and snapshot.get("status") not in ACTIVE:
-                    await self.state.conclude(body, prior, own, snapshot)
-                    await self.state.ended(snapshot)
+                    await self.state.add_to_conversation(body, prior, own, snapshot)
+                    await self.state.notify_ended(snapshot)
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -246,7 +246,7 @@ class Jobs:
             async for chunk in job.follow(after):
                 yield chunk
             return
-        clock, store = self.sim.clock, self.state.store
+        clock, store = self.simulator.clock, self.state.store
         while True:
             frames, status = await store.events(response_id, after)
             if frames:

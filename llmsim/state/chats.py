@@ -25,9 +25,9 @@ def _text(content: Any) -> str | None:
 
 
 class ChatStore:
-    def __init__(self, sim):
-        self.store = sim.store
-        self.template = sim.templates["chat_store"]
+    def __init__(self, simulator):
+        self.store = simulator.store
+        self.template = simulator.templates["chat_store"]
 
     def render(self, shape: str, **values) -> bytes:
         return self.template.body_json(shape=shape, **values)

@@ -163,7 +163,7 @@ class LiveConfig:
         away = False
         while True:
             try:
-                changes = await self.channel.changed()
+                changes = await self.channel.poll_changes()
                 if away:
                     log.warning("shared settings: Redis answers again")
                     away = False

@@ -9,7 +9,7 @@ conversation keeps its own input; the conversation holds the rest and gets the i
 output items appended when the response ends. `store: false` keeps nothing at all.
 
 The WebSocket mode and any other caller use `history(response_id)` (items) or
-`history_turns(response_id)` (turns ready for planning), and `save`/`conclude` to keep what
+`history_turns(response_id)` (turns ready for planning), and `save`/`add_to_conversation` to keep what
 it answered.
 """
 from __future__ import annotations
@@ -75,19 +75,19 @@ def _check_background(body: dict) -> None:
 
 
 class ResponseState:
-    def __init__(self, sim):
-        self.sim = sim
-        self.store: Store = sim.store
-        self.shapes = sim.templates["store"]
-        self.ids = sim.ids
+    def __init__(self, simulator):
+        self.simulator = simulator
+        self.store: Store = simulator.store
+        self.shapes = simulator.templates["store"]
+        self.ids = simulator.ids
         # the events that hold the response (by name), in a stream and in a fault's tail
-        self.snapshots = {**sim.templates["responses"].snapshots, **sim.templates["faults"].snapshots,
+        self.snapshots = {**simulator.templates["responses"].snapshots, **simulator.templates["faults"].snapshots,
                           **self.shapes.snapshots}
         self.keeps_now = self.store.capabilities.keeps_now     # a store that writes at once (memory)
         self._put_json = self.keeps_now.put_json if self.keeps_now is not None else None
         self._put_replay = self.keeps_now.put_replay if self.keeps_now is not None else None
-        self.jobs = Jobs(sim, self)
-        self.webhooks = Webhooks(sim, self.store)
+        self.jobs = Jobs(simulator, self)
+        self.webhooks = Webhooks(simulator, self.store)
 
     def render(self, shape: str, **values) -> Any:
         """A stored shape's value (rendered by the template's generated JSON writer)."""
@@ -183,7 +183,7 @@ class ResponseState:
                                     owner=owner)
         await self.store.put_response(record, frames)
 
-    def saved_now(self, body: dict, prior: Prior, own: list[dict], snapshot: bytes, plan) -> bool:
+    def try_save_now(self, body: dict, prior: Prior, own: list[dict], snapshot: bytes, plan) -> bool:
         """`save` of the JSON a handler wrote from `plan`, done at once by a store that can
         (the memory store: no record, no coroutine); False when `save` must do it."""
         put = self._put_json
@@ -193,18 +193,18 @@ class ResponseState:
             prior.conversation)
         return True
 
-    async def conclude(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
+    async def add_to_conversation(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
         if prior.conversation and wants_store(body):
             response = orjson.loads(snapshot) if snapshot.__class__ is bytes else snapshot
             await self.store.add_items(prior.conversation, [*self.shaped(own), *(response.get("output") or [])])
 
-    async def ended(self, snapshot: dict) -> None:
+    async def notify_ended(self, snapshot: dict) -> None:
         """A background response ended (completed, failed, incomplete; a cancel says so itself):
         its webhook events."""
-        await self.webhooks.ended(snapshot)
+        await self.webhooks.notify_ended(snapshot)
 
-    def recorded(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict],
+    def record_stream(self, chunks: transport.Paced, body: dict, prior: Prior, own: list[dict],
                  replay: Replay | None = None) -> transport.Paced:
         """The same SSE stream, whose events and final response are kept when it ends
         (not when the client left or the stream was dropped). With `replay` (what renders the
@@ -236,14 +236,14 @@ class ResponseState:
                                  own: list[dict]) -> None:
         await self.save(body, prior, own, replay, Frames.later(replay.frames_blob, events))
         if prior.conversation:          # its output joins the conversation: rendered now
-            await self.conclude(body, prior, own, replay.response_json())
+            await self.add_to_conversation(body, prior, own, replay.response_json())
 
     async def _keep(self, frames: Frames, body: dict, prior: Prior, own: list[dict]) -> None:
         snapshot = latest_snapshot(frames.blob, self.snapshots)
         if snapshot is not None:
             try:
                 await self.save(body, prior, own, snapshot, frames)
-                await self.conclude(body, prior, own, snapshot)
+                await self.add_to_conversation(body, prior, own, snapshot)
             except ServiceUnavailableError as exc:      # the stream was sent whole; it is not kept
                 log.warning("response %s streamed but not stored: %s", snapshot.get("id"), exc.message)
 
@@ -269,7 +269,7 @@ class ResponseState:
             [(_, frame)] = self.shapes.frames(response=cancelled, first_seq=record.events)
             if await self.store.append_events(response_id, [frame], cancelled, expect_events=record.events):
                 self.jobs.interrupt(response_id)
-                await self.webhooks.ended(cancelled)
+                await self.webhooks.notify_ended(cancelled)
                 return cancelled
         raise ServerError("The response changed too often to be cancelled; please retry.")
 

@@ -52,30 +52,30 @@ def signature(key: bytes, webhook_id: str, timestamp: str, body: bytes) -> str:
 class Webhooks:
     """The webhook deliveries of one process (nothing at all without `webhook_urls`)."""
 
-    def __init__(self, sim, store: Store):
-        settings = sim.settings
+    def __init__(self, simulator, store: Store):
+        settings = simulator.settings
         self.urls = tuple(settings.webhook_urls or ())
-        self.store, self.stats, self.ids = store, sim.stats, sim.ids
+        self.store, self.stats, self.ids = store, simulator.stats, simulator.ids
         self.tasks: set[asyncio.Task] = set()
         self.client: httpx.AsyncClient | None = None
         if not self.urls:
             return
         self.key = signing_key(settings.webhook_secret)
-        if "webhooks" not in sim.templates.templates:
-            raise ConfigError(f"templates: {sim.templates.directory} has no webhooks.yaml (webhook_urls need it)")
-        missing = [kind for kind in ("event", "webhook") if kind not in sim.ids.formats]
+        if "webhooks" not in simulator.templates.templates:
+            raise ConfigError(f"templates: {simulator.templates.directory} has no webhooks.yaml (webhook_urls need it)")
+        missing = [kind for kind in ("event", "webhook") if kind not in simulator.ids.formats]
         if missing:
             raise ConfigError(f"ids.yaml: webhook_urls need the id formats {' and '.join(missing)}")
-        self.template = sim.templates["webhooks"]
+        self.template = simulator.templates["webhooks"]
         self.attempts, self.backoff_s = settings.webhook_attempts, settings.webhook_backoff_s
         faults = settings.webhook_faults or {}
         self.delay_s = faults.get("delay_ms", 0) / 1000.0
         self.duplicate = faults.get("duplicate", 0)
         self.rng = random.Random(None if settings.seed is None else f"webhooks:{settings.seed}")
-        self.wall = sim.clock.wall
+        self.wall = simulator.clock.wall
 
     # ---- what starts deliveries ----------------------------------------------------------
-    async def ended(self, response: dict) -> None:
+    async def notify_ended(self, response: dict) -> None:
         """A background response ended: its event for every URL, kept in the outbox, then sent."""
         if not self.urls or response.get("status") in ACTIVE:
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from counting import conversation, count, message
-from llmsim.sim.plan import Usage
+from llmsim.sim.responses_plan import Usage
 
 MIXED = "Die Größe des Universums ist unermesslich — 宇宙の大きさは計り知れない。"
 

@@ -16,8 +16,8 @@ from llmsim.render.jsonbytes import dumps
 from llmsim.render.jsoncodegen import JsonCodegen
 from llmsim.render.templates import TemplateSet
 from llmsim.settings import Settings
-from llmsim.sim import chatplan
-from llmsim.sim import plan as planning
+from llmsim.sim import chat_plan
+from llmsim.sim import responses_plan as planning
 from llmsim.simulator import Simulator
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -46,7 +46,7 @@ CHATS = [
 
 
 @pytest.fixture(scope="module")
-def sim():
+def simulator():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(JsonCodegen, "GUARDED", False)
         return Simulator.load(Settings(profile="instant", seed=7, target_tokens=12), FakeClock())
@@ -64,29 +64,29 @@ def compile_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("body", RESPONSES, ids=lambda b: b["model"] + "-" + str(len(b)))
-def test_responses_body_bytes_are_the_serialised_body(sim, body):
-    template = sim.templates["responses"]
-    plan = planning.plan_response(body, sim.context(body["model"]), [])
+def test_responses_body_bytes_are_the_serialised_body(simulator, body):
+    template = simulator.templates["responses"]
+    plan = planning.plan_response(body, simulator.context(body["model"]), [])
     assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
 
 
 @pytest.mark.parametrize("body", CHATS, ids=lambda b: b["model"] + "-" + str(len(b)))
-def test_chat_body_bytes_are_the_serialised_body(sim, body):
-    template = sim.templates["chat"]
-    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+def test_chat_body_bytes_are_the_serialised_body(simulator, body):
+    template = simulator.templates["chat"]
+    plan = chat_plan.plan_chat(body, simulator.context(body["model"]))
     assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
 
 
-def test_error_body_bytes_keep_omitted_and_null_fields(sim):
-    template = sim.templates["errors"]
+def test_error_body_bytes_keep_omitted_and_null_fields(simulator):
+    template = simulator.templates["errors"]
     error = InvalidRequestError("Bad value", param="input[0].content", code="invalid_value")
     assert template.body_json(error=error) == dumps(template.body(error=error))
 
 
-def test_stream_events_decode_to_objects_in_template_order(sim):
+def test_stream_events_decode_to_objects_in_template_order(simulator):
     body = {"model": "o3", "input": "Think.", "reasoning": {"summary": "auto"}, "stream": True}
-    plan = planning.plan_response(body, sim.context("o3"), [])
-    events = list(sim.templates["responses"].events(plan=plan, req=body))
+    plan = planning.plan_response(body, simulator.context("o3"), [])
+    events = list(simulator.templates["responses"].events(plan=plan, req=body))
     assert [e.data["sequence_number"] for e in events] == list(range(len(events)))
     assert all(e.json == orjson.dumps(e.data) for e in events)
     assert list(events[0].data) == ["type", "sequence_number", "response"]
@@ -94,10 +94,10 @@ def test_stream_events_decode_to_objects_in_template_order(sim):
 
 
 @pytest.mark.parametrize("body", CHATS, ids=lambda b: b["model"] + "-" + str(len(b)))
-def test_chat_stream_events_are_written_by_the_generated_code(sim, body):
+def test_chat_stream_events_are_written_by_the_generated_code(simulator, body):
     body = {**body, "stream": True}
-    plan = chatplan.plan_chat(body, sim.context(body["model"]))
-    events = [e for e in sim.templates["chat"].events(plan=plan, req=body) if not e.raw]
+    plan = chat_plan.plan_chat(body, simulator.context(body["model"]))
+    events = [e for e in simulator.templates["chat"].events(plan=plan, req=body) if not e.raw]
     assert events and all(e.data["object"] == "chat.completion.chunk" for e in events)
 
 

@@ -166,7 +166,7 @@ def paced_on_timer(app: Front, written: list, first_due_in: float) -> None:
 def observed(app) -> Front:
     """`app` behind the front door every API request goes through (on to `app`: no route
     of its own)."""
-    return Front(app, sim=Simulator.load(Settings(metrics=False)), operations={}, websockets=None,
+    return Front(app, simulator=Simulator.load(Settings(metrics=False)), operations={}, websockets=None,
                  render_error=None, base_paths=("/v1",))
 
 

@@ -334,7 +334,7 @@ def test_every_built_in_item_validates_against_openai(client, tool):
 
 # ---- the plan: timing, and the same bytes from the generated writers ----------------------------
 @pytest.fixture(scope="module")
-def sim():
+def simulator():
     from llmsim.clock import FakeClock
     from llmsim.render.jsoncodegen import JsonCodegen
     from llmsim.settings import Settings
@@ -344,16 +344,16 @@ def sim():
         return Simulator.load(Settings(profile="gpt-4o", seed=5, target_tokens=20), FakeClock())
 
 
-def plan_for(sim, tool: dict, **extra):
-    from llmsim.sim import plan as planning
+def plan_for(simulator, tool: dict, **extra):
+    from llmsim.sim import responses_plan as planning
     choice = {"type": tool["type"], **({"server_label": "docs"} if tool["type"] == "mcp" else {})}
     body = {"model": "gpt-4o", "input": ASK, "tools": [tool], "tool_choice": choice, **extra}
-    return body, planning.plan_response(body, sim.context("gpt-4o"), [])
+    return body, planning.plan_response(body, simulator.context("gpt-4o"), [])
 
 
 @pytest.mark.parametrize("tool", ALL_BUILT_IN, ids=lambda t: t["type"])
-def test_the_message_starts_after_the_tool_is_done(sim, tool):
-    _, plan = plan_for(sim, tool)
+def test_the_message_starts_after_the_tool_is_done(simulator, tool):
+    _, plan = plan_for(simulator, tool)
     *items, message = plan.output
     assert message.kind == "message" and items
     at = 0.0
@@ -366,11 +366,11 @@ def test_the_message_starts_after_the_tool_is_done(sim, tool):
 
 
 @pytest.mark.parametrize("tool", ALL_BUILT_IN, ids=lambda t: t["type"])
-def test_generated_writers_give_the_serialised_values(sim, tool):
+def test_generated_writers_give_the_serialised_values(simulator, tool):
     from llmsim.render.jsonbytes import dumps
-    body, plan = plan_for(sim, tool, stream=True, include=["file_search_call.results",
+    body, plan = plan_for(simulator, tool, stream=True, include=["file_search_call.results",
                                                           "code_interpreter_call.outputs"])
-    template = sim.templates["responses"]
+    template = simulator.templates["responses"]
     assert template.body_json(plan=plan, req=body) == dumps(template.body(plan=plan, req=body))
     events = list(template.events(plan=plan, req=body))
     assert all(e.json == dumps(e.data) for e in events)

@@ -6,7 +6,7 @@ import pytest
 
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
-from llmsim.sim import chatplan
+from llmsim.sim import chat_plan
 from llmsim.simulator import Simulator
 
 BODIES = [
@@ -17,27 +17,27 @@ BODIES = [
 
 
 @pytest.fixture(scope="module")
-def sim():
+def simulator():
     return Simulator.load(Settings(seed=3, target_tokens=20), FakeClock())
 
 
 def kinds_and_times(chunks):
-    """(kind, at, text) of each chunk: the fields of chatplan.Chunk, which a plain tuple has too."""
+    """(kind, at, text) of each chunk: the fields of chat_plan.Chunk, which a plain tuple has too."""
     return [(kind, at, text) for kind, _, at, text, *_ in chunks]
 
 
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b["model"])
-def test_a_single_text_choice_streams_in_due_time_order(sim, body):
-    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+def test_a_single_text_choice_streams_in_due_time_order(simulator, body):
+    plan = chat_plan.plan_chat(body, simulator.context(body["model"]))
     lazy = kinds_and_times(plan.chunks)
-    assert lazy == kinds_and_times(chatplan.merged_chunks(plan.choices))
+    assert lazy == kinds_and_times(chat_plan.merged_chunks(plan.choices))
     assert [kind for kind, _, _ in lazy][::len(lazy) - 1] == ["role", "finish"]
 
 
-def test_a_content_filter_cut_streams_the_cut_choice(sim):
+def test_a_content_filter_cut_streams_the_cut_choice(simulator):
     body = BODIES[0]
-    plan = chatplan.plan_chat(body, sim.context(body["model"]))
+    plan = chat_plan.plan_chat(body, simulator.context(body["model"]))
     plan.cut(4)
     lazy = kinds_and_times(plan.chunks)
     assert [k for k, _, _ in lazy].count("content") == 4
-    assert lazy == kinds_and_times(chatplan.merged_chunks(plan.choices))
+    assert lazy == kinds_and_times(chat_plan.merged_chunks(plan.choices))

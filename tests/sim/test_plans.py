@@ -12,18 +12,18 @@ from conftest import model_metrics
 from llmsim.clock import FakeClock
 from llmsim.settings import Settings
 from llmsim.sim import (
-    chatplan,
+    anthropic_plan,
+    chat_plan,
     compaction,
-    completionplan,
+    completions_plan,
     contentfaults,
     embeddings,
-    geminiplan,
-    messages,
+    gemini_plan,
     moderation,
     plans,
     scenarios,
 )
-from llmsim.sim import plan as planning
+from llmsim.sim import responses_plan as planning
 from llmsim.sim.scenarios import Answer
 from llmsim.simulator import Simulator
 
@@ -32,7 +32,7 @@ CALLS = (("get_weather", '{"city": "Paris"}'), ("get_time", '{"zone": "CET"}'))
 
 
 @pytest.fixture(scope="module")
-def sim():
+def simulator():
     return Simulator.load(Settings(profile="fast", seed=7, target_tokens=12), FakeClock())
 
 
@@ -46,27 +46,27 @@ def gemini_body(**extra):
             **extra}
 
 
-def every_plan(sim):
+def every_plan(simulator):
     """One plan of each API, all planned with a latency profile."""
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi."}]}
-    yield planning.plan_response({"model": "gpt-4o", "input": "Hi."}, sim.context("gpt-4o"))
-    yield chatplan.plan_chat(chat, sim.context("gpt-4o"))
-    yield completionplan.plan_completion({"model": "gpt-3.5-turbo-instruct", "prompt": "Once",
-                                          "max_tokens": 10}, sim.context("gpt-3.5-turbo-instruct"))
-    yield messages.plan_message(anthropic_body(), sim.context("claude-sonnet-4-5"))
-    yield geminiplan.plan_generate(gemini_body(), sim.context("gemini-2.5-flash"))
+    yield planning.plan_response({"model": "gpt-4o", "input": "Hi."}, simulator.context("gpt-4o"))
+    yield chat_plan.plan_chat(chat, simulator.context("gpt-4o"))
+    yield completions_plan.plan_completion({"model": "gpt-3.5-turbo-instruct", "prompt": "Once",
+                                          "max_tokens": 10}, simulator.context("gpt-3.5-turbo-instruct"))
+    yield anthropic_plan.plan_message(anthropic_body(), simulator.context("claude-sonnet-4-5"))
+    yield gemini_plan.plan_generate(gemini_body(), simulator.context("gemini-2.5-flash"))
     yield embeddings.plan_embeddings({"model": "text-embedding-3-small", "input": "Hi."},
-                                     sim.context("text-embedding-3-small"), True)
-    yield compaction.plan_compaction({"model": "gpt-4o"}, sim.context("gpt-4o"),
+                                     simulator.context("text-embedding-3-small"), True)
+    yield compaction.plan_compaction({"model": "gpt-4o"}, simulator.context("gpt-4o"),
                                      [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}])
-    rules = moderation.Rules.load(sim.settings.data_file("moderation.yaml"), sim.profiles)
-    ctx = sim.context("omni-moderation-latest", model=moderation.Model("omni-moderation-latest"),
-                      profile=sim.profile_for(rules))
+    rules = moderation.Rules.load(simulator.settings.data_file("moderation.yaml"), simulator.profiles)
+    ctx = simulator.context("omni-moderation-latest", model=moderation.Model("omni-moderation-latest"),
+                      profile=simulator.profile_for(rules))
     yield moderation.plan_moderation({"input": "a kind word"}, rules, ctx)
 
 
-def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(sim):
-    found = {type(plan).__name__: plan for plan in every_plan(sim)}
+def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(simulator):
+    found = {type(plan).__name__: plan for plan in every_plan(simulator)}
     assert len(found) == 8
     for name, plan in found.items():
         assert isinstance(plan, plans.Plan), name
@@ -78,9 +78,9 @@ def test_every_api_plans_a_plan_with_token_times_only_where_tokens_are(sim):
             assert times and all(list(t) == sorted(t) and t[-1] <= plan.end_at for t in times), name
 
 
-def test_a_content_filter_stops_each_api_in_its_own_words(sim):
+def test_a_content_filter_stops_each_api_in_its_own_words(simulator):
     said = {}
-    for plan in every_plan(sim):
+    for plan in every_plan(simulator):
         usage = plan.usage
         plan.cut(2)
         said[type(plan).__name__] = plan
@@ -95,8 +95,8 @@ def test_a_content_filter_stops_each_api_in_its_own_words(sim):
     assert said["GeminiPlan"].choices[0].finish_reason == "content_filter"    # finishReason SAFETY
 
 
-def test_truncated_output_is_what_each_apis_cap_says(sim):
-    said = {type(plan).__name__: plan for plan in every_plan(sim)}
+def test_truncated_output_is_what_each_apis_cap_says(simulator):
+    said = {type(plan).__name__: plan for plan in every_plan(simulator)}
     for plan in said.values():
         plan.truncate()
     assert said["Plan"].incomplete_reason == "max_output_tokens"
@@ -105,51 +105,51 @@ def test_truncated_output_is_what_each_apis_cap_says(sim):
     assert said["GeminiPlan"].choices[0].finish_reason == "length"            # finishReason MAX_TOKENS
 
 
-def test_anthropic_plays_a_script_as_text_tool_uses_or_a_refusal(sim):
-    ctx = lambda: sim.context("claude-sonnet-4-5")    # noqa: E731
-    text = messages.plan_message(anthropic_body(), ctx(), script=Answer(text="Scripted words."))
+def test_anthropic_plays_a_script_as_text_tool_uses_or_a_refusal(simulator):
+    ctx = lambda: simulator.context("claude-sonnet-4-5")    # noqa: E731
+    text = anthropic_plan.plan_message(anthropic_body(), ctx(), script=Answer(text="Scripted words."))
     assert [(b.kind, b.text) for b in text.blocks] == [("text", "Scripted words.")]
     assert text.stop_reason == "end_turn"
-    calls = messages.plan_message(anthropic_body(), ctx(), script=Answer(calls=CALLS))
+    calls = anthropic_plan.plan_message(anthropic_body(), ctx(), script=Answer(calls=CALLS))
     assert [(b.kind, b.name, b.input) for b in calls.blocks] == [
         ("tool_use", "get_weather", {"city": "Paris"}), ("tool_use", "get_time", {"zone": "CET"})]
     assert calls.stop_reason == "tool_use"
-    refusal = messages.plan_message(anthropic_body(), ctx(), script=Answer(text="I can't.", refusal=True))
+    refusal = anthropic_plan.plan_message(anthropic_body(), ctx(), script=Answer(text="I can't.", refusal=True))
     assert (refusal.blocks[0].text, refusal.stop_reason) == ("I can't.", "refusal")
 
 
-def test_gemini_plays_a_script_as_a_text_part_function_calls_or_safety(sim):
-    ctx = lambda: sim.context("gemini-2.5-flash")     # noqa: E731
-    text = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(text="Scripted words."))
+def test_gemini_plays_a_script_as_a_text_part_function_calls_or_safety(simulator):
+    ctx = lambda: simulator.context("gemini-2.5-flash")     # noqa: E731
+    text = gemini_plan.plan_generate(gemini_body(), ctx(), script=Answer(text="Scripted words."))
     assert [(p.kind, p.text) for p in text.choices[0].parts if p.kind != "thought"] == [("text", "Scripted words.")]
-    calls = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(calls=CALLS))
+    calls = gemini_plan.plan_generate(gemini_body(), ctx(), script=Answer(calls=CALLS))
     assert [(c.name, c.args) for c in calls.choices[0].calls] == [
         ("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
-    refusal = geminiplan.plan_generate(gemini_body(), ctx(), script=Answer(text="I can't.", refusal=True))
+    refusal = gemini_plan.plan_generate(gemini_body(), ctx(), script=Answer(text="I can't.", refusal=True))
     assert (refusal.choices[0].text, refusal.choices[0].finish_reason) == ("I can't.", "content_filter")
 
 
-def test_content_faults_read_each_apis_tools_and_its_planner_says_them(sim):
+def test_content_faults_read_each_apis_tools_and_its_planner_says_them(simulator):
     tools = {"tools": [{"name": "get_weather", "input_schema": TOOL}]}
     body = anthropic_body(**tools)
-    spoiled = contentfaults.spoiled("schema_violating_tool_arguments", None, body, "anthropic", sim.draw()[0], "")
-    plan = messages.plan_message(body, sim.context("claude-sonnet-4-5"), script=spoiled)
+    spoiled = contentfaults.spoiled("schema_violating_tool_arguments", None, body, "anthropic", simulator.draw()[0], "")
+    plan = anthropic_plan.plan_message(body, simulator.context("claude-sonnet-4-5"), script=spoiled)
     assert [(b.kind, b.name) for b in plan.blocks] == [("tool_use", "get_weather")]
     assert "city" not in plan.blocks[0].input                  # its required property left out
     req = gemini_body(tools=[{"functionDeclarations": [{"name": "get_weather", "parameters": TOOL}]}])
-    unknown = contentfaults.spoiled("unknown_tool_call", None, req, "gemini", sim.draw()[0], "")
-    plan = geminiplan.plan_generate(req, sim.context("gemini-2.5-flash"), script=unknown)
+    unknown = contentfaults.spoiled("unknown_tool_call", None, req, "gemini", simulator.draw()[0], "")
+    plan = gemini_plan.plan_generate(req, simulator.context("gemini-2.5-flash"), script=unknown)
     assert [c.name for c in plan.choices[0].calls] == [contentfaults.UNKNOWN_TOOL]
 
 
-def test_completions_say_a_scripts_text_and_write_its_calls_out(sim):
+def test_completions_say_a_scripts_text_and_write_its_calls_out(simulator):
     body = {"model": "gpt-3.5-turbo-instruct", "prompt": "Once", "max_tokens": 50, "n": 2}
-    ctx = lambda: sim.context("gpt-3.5-turbo-instruct")     # noqa: E731
-    text = completionplan.plan_completion(body, ctx(), script=Answer(text="upon a time"))
+    ctx = lambda: simulator.context("gpt-3.5-turbo-instruct")     # noqa: E731
+    text = completions_plan.plan_completion(body, ctx(), script=Answer(text="upon a time"))
     assert [c.text for c in text.choices] == ["upon a time"] * 2
-    calls = completionplan.plan_completion(body, ctx(), script=Answer(calls=CALLS[:1]))
+    calls = completions_plan.plan_completion(body, ctx(), script=Answer(calls=CALLS[:1]))
     assert calls.choices[0].text == 'get_weather({"city": "Paris"})'
-    refusal = completionplan.plan_completion(body, ctx(), script=Answer(text="No.", refusal=True))
+    refusal = completions_plan.plan_completion(body, ctx(), script=Answer(text="No.", refusal=True))
     assert (refusal.choices[0].text, refusal.choices[0].refusal) == ("No.", None)
 
 
@@ -159,7 +159,7 @@ def test_each_providers_turns_count_its_assistant_turns_and_tool_results():
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
                                            "input": {"city": "Paris"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]}
-    turns = messages.turns(anthropic)
+    turns = anthropic_plan.turns(anthropic)
     assert scenarios.assistant_turns(turns) == 1
     assert scenarios.tool_result_for(turns) == "get_weather"
     gemini = {"contents": [
@@ -168,13 +168,13 @@ def test_each_providers_turns_count_its_assistant_turns_and_tool_results():
         {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"sky": "sunny"}}}]},
         {"role": "model", "parts": [{"text": "Sunny."}]},
         {"role": "user", "parts": [{"text": "Thanks."}]}]}
-    turns = geminiplan.turns(gemini)
+    turns = gemini_plan.turns(gemini)
     assert scenarios.assistant_turns(turns) == 2
     assert scenarios.tool_result_for(turns[:3]) == "get_weather"
     chat = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                          {"role": "user", "content": "c"}]}
-    assert scenarios.assistant_turns(chatplan.turns(chat)) == 1
-    assert scenarios.assistant_turns(completionplan.turns({"prompt": ["a", "b"]})) == 0
+    assert scenarios.assistant_turns(chat_plan.turns(chat)) == 1
+    assert scenarios.assistant_turns(completions_plan.turns({"prompt": ["a", "b"]})) == 0
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.sim import messages
+from llmsim.sim import anthropic_plan
 from llmsim.simulator import Simulator
 
 if TYPE_CHECKING:   # a type only
@@ -18,18 +18,18 @@ def _rfc3339(epoch: int) -> str:
 
 
 class AnthropicHandlers:
-    def __init__(self, sim: Simulator, generating: Generating):
-        self.sim = sim
+    def __init__(self, simulator: Simulator, generating: Generating):
+        self.simulator = simulator
         self.create = generating.create         # POST /messages: the pipeline
-        self.models = sim.templates["anthropic_models"]
-        self.counted = sim.templates["anthropic_count_tokens"]
+        self.models = simulator.templates["anthropic_models"]
+        self.counted = simulator.templates["anthropic_count_tokens"]
 
     async def count_tokens(self, body: dict):
-        model = self.sim.catalogue.get(body["model"])
-        return transport.json_response(self.counted.body_json(input_tokens=messages.count_input(body, model)))
+        model = self.simulator.catalogue.get(body["model"])
+        return transport.json_response(self.counted.body_json(input_tokens=anthropic_plan.count_input(body, model)))
 
     async def list_models(self, limit: int = 20, before_id: str | None = None, after_id: str | None = None):
-        models = list(self.sim.catalogue)
+        models = list(self.simulator.catalogue)
         ids = [m.id for m in models]
         if after_id in ids:
             models = models[ids.index(after_id) + 1:]
@@ -40,5 +40,5 @@ class AnthropicHandlers:
             models=[(m, _rfc3339(m.created)) for m in page], has_more=len(models) > limit))
 
     async def get_model(self, model_id: str):
-        model = self.sim.catalogue.get(model_id)
+        model = self.simulator.catalogue.get(model_id)
         return transport.json_response(self.models.body_json(model=model, created_at=_rfc3339(model.created)))

@@ -10,8 +10,8 @@ from llmsim.state.store import paginate
 
 
 class ChatStoreHandlers:
-    def __init__(self, sim: Simulator):
-        self.chats = ChatStore(sim)
+    def __init__(self, simulator: Simulator):
+        self.chats = ChatStore(simulator)
 
     def _reply(self, shape: str, **values):
         return transport.json_response(self.chats.render(shape, **values))

@@ -11,24 +11,24 @@ REDACTED = "redacted"
 
 
 class ConfigHandlers:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.template = sim.templates["config"]
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.template = simulator.templates["config"]
         properties = datafiles.schema("config")["properties"]
         self.secret = {name for name, spec in properties.items() if isinstance(spec, dict) and spec.get("secret")}
 
     async def get(self):
-        sim = self.sim
-        sim.refresh()
+        simulator = self.simulator
+        simulator.refresh()
         shown = {name: (REDACTED if name in self.secret and value is not None else value)
-                 for name, value in dataclasses.asdict(sim.settings).items()}
+                 for name, value in dataclasses.asdict(simulator.settings).items()}
         return transport.json_response(self.template.body_json(
-            settings=shown, patchable=sim.live.names, changed=sim.live.changes))
+            settings=shown, patchable=simulator.live.names, changed=simulator.live.changes))
 
     async def patch(self, body: dict):
-        await self.sim.patch(body)
+        await self.simulator.patch(body)
         return await self.get()
 
     async def reset(self):
-        await self.sim.reset_settings()
+        await self.simulator.reset_settings()
         return await self.get()

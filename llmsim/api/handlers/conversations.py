@@ -9,10 +9,10 @@ from llmsim.state.store import Conversation, paginate
 
 
 class ConversationsHandlers:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.state = sim.state
-        self.store = sim.store
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.state = simulator.state
+        self.store = simulator.store
 
     async def _get(self, conversation_id: str) -> Conversation:
         conversation = await self.store.get_conversation(conversation_id)
@@ -25,8 +25,8 @@ class ConversationsHandlers:
 
     async def create(self, body: dict | None = None):
         body = body or {}
-        rng, created = self.sim.draw()
-        conversation = Conversation(self.sim.ids.make("conversation", rng), created, body.get("metadata") or {})
+        rng, created = self.simulator.draw()
+        conversation = Conversation(self.simulator.ids.make("conversation", rng), created, body.get("metadata") or {})
         items = [self.state.item(item, rng) for item in body.get("items") or ()]
         await self.store.put_conversation(conversation)
         if items:
@@ -60,7 +60,7 @@ class ConversationsHandlers:
                                                          has_more=page.has_more))
 
     async def create_items(self, conversation_id: str, body: dict, include=None):
-        rng, _ = self.sim.draw()
+        rng, _ = self.simulator.draw()
         items = [self.state.item(item, rng) for item in body["items"]]
         if not await self.store.add_items(conversation_id, items):
             raise conversation_not_found(conversation_id)

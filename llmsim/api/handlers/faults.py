@@ -6,9 +6,9 @@ from llmsim.simulator import Simulator
 
 
 class FaultsHandlers:
-    def __init__(self, sim: Simulator):
-        self.faults = sim.faults
-        self.template = sim.templates["faults"]
+    def __init__(self, simulator: Simulator):
+        self.faults = simulator.faults
+        self.template = simulator.templates["faults"]
 
     async def get_state(self):
         return transport.json_response(self.template.body_json(injector=await self.faults.state()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmsim.pacing import transport
-from llmsim.sim import embeddings, geminiplan
+from llmsim.sim import embeddings, gemini_plan
 from llmsim.simulator import Simulator
 
 if TYPE_CHECKING:   # a type only
@@ -13,16 +13,16 @@ if TYPE_CHECKING:   # a type only
 
 
 class GeminiHandlers:
-    def __init__(self, sim: Simulator, generating: Generating, embedding: Generating):
-        self.sim = sim
+    def __init__(self, simulator: Simulator, generating: Generating, embedding: Generating):
+        self.simulator = simulator
         self.answer, self.embedding = generating.create, embedding.create
-        self.template = sim.templates["gemini"]
+        self.template = simulator.templates["gemini"]
 
     async def generate(self, model: str, body: dict):
-        return await self.answer({**geminiplan.camel_case(body), "model": model, "stream": False})
+        return await self.answer({**gemini_plan.camel_case(body), "model": model, "stream": False})
 
     async def stream(self, model: str, body: dict, alt: str = "sse"):
-        return await self.answer({**geminiplan.camel_case(body), "model": model, "stream": True})
+        return await self.answer({**gemini_plan.camel_case(body), "model": model, "stream": True})
 
     async def embed(self, model: str, body: dict):
         return await self.embedding(embeddings.gemini_request(model, "embedContent", body))
@@ -31,5 +31,5 @@ class GeminiHandlers:
         return await self.embedding(embeddings.gemini_request(model, "batchEmbedContents", body))
 
     async def count_tokens(self, model: str, body: dict):
-        plan = geminiplan.count_tokens(geminiplan.camel_case(body), self.sim.context(model))
+        plan = gemini_plan.count_tokens(gemini_plan.camel_case(body), self.simulator.context(model))
         return transport.json_response(self.template.body_json(shape="count_tokens", plan=plan, req=body))

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from llmsim.errors import InvalidRequestError
 from llmsim.pacing import transport
-from llmsim.sim import plan as planning
+from llmsim.sim import responses_plan as planning
 from llmsim.simulator import Simulator
 from llmsim.state.responses import response_not_found
 from llmsim.state.store import paginate
 
 
 class ResponseStoreHandlers:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.state = sim.state
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.state = simulator.state
 
     async def retrieve(self, response_id: str, stream: bool = False, starting_after: int | None = None,
                        include=None, include_obfuscation=None):
@@ -47,10 +47,10 @@ class ResponseStoreHandlers:
         return transport.json_response(await self.state.cancel(response_id))
 
     async def count_input_tokens(self, body: dict):
-        sim = self.sim
+        simulator = self.simulator
         prior = await self.state.prior(body)
-        model = body.get("model") or next(iter(sim.catalogue)).id
-        plan = planning.plan_response({**body, "model": model}, sim.context(model), prior.turns,
+        model = body.get("model") or next(iter(simulator.catalogue)).id
+        plan = planning.plan_response({**body, "model": model}, simulator.context(model), prior.turns,
                                       generate=False)
         return transport.json_response(self.state.render("input_token_count",
                                                          input_tokens=plan.usage.input_tokens))

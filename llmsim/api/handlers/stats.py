@@ -9,14 +9,14 @@ from llmsim.simulator import Simulator
 
 
 class StatsHandlers:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.template = sim.templates["stats"]
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.template = simulator.templates["stats"]
 
     async def get(self):
-        view = statsview.view(statsview.gather(self.sim.stats))
+        view = statsview.view(statsview.gather(self.simulator.stats))
         return transport.json_response(self.template.body_json(view=view))
 
     async def metrics(self, request=None):
-        body = metrics.exposition(statsview.gather(self.sim.stats))
+        body = metrics.exposition(statsview.gather(self.simulator.stats))
         return Response(body, media_type=metrics.CONTENT_TYPE)

@@ -7,24 +7,24 @@ from __future__ import annotations
 
 from llmsim import __version__
 from llmsim.pacing import transport
-from llmsim.sim import chatplan, embeddings, inputs, tokens, vllm
+from llmsim.sim import chat_plan, embeddings, inputs, tokens, vllm
 from llmsim.simulator import Simulator
 
 
 class VllmHandlers:
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-        self.templates = {name: sim.templates[f"vllm_{name}"] for name in ("tokenize", "detokenize", "version")}
+    def __init__(self, simulator: Simulator):
+        self.simulator = simulator
+        self.templates = {name: simulator.templates[f"vllm_{name}"] for name in ("tokenize", "detokenize", "version")}
 
     def _model(self, body: dict):
         name = body.get("model")
-        catalogue = self.sim.catalogue
+        catalogue = self.simulator.catalogue
         return catalogue.get(name) if name else next(iter(catalogue))
 
     async def tokenize(self, body: dict):
         model = self._model(body)
         if body.get("messages") is not None:
-            chatplan.check_messages(body["messages"])
+            chat_plan.check_messages(body["messages"])
             ids = vllm.chat_tokens(inputs.chat_turns(body["messages"]), model.encoding)
         else:
             ids = tokens.encoding(model.encoding).encode_ordinary(body["prompt"])

@@ -79,7 +79,7 @@ class SettingsChannel(Protocol):
     async def publish(self, changes: Mapping[str, Any], replace: bool) -> dict[str, Any]:
         """Add `changes` (or, `replace`, keep only them); every host's changes so far."""
 
-    async def changed(self) -> dict[str, Any] | None:
+    async def poll_changes(self) -> dict[str, Any] | None:
         """Every host's changes, if they changed since the last call; else None."""
 
 

@@ -213,7 +213,7 @@ class LmdbStore:
         found = cursor.prev() if cursor.set_range(bytes([prefix[0] + 1])) else cursor.last()
         return POSITION.unpack(cursor.key()[1:])[0] + 1 if found and cursor.key().startswith(prefix) else 1
 
-    def _created(self, txn, kind: str, n: int, entry_id: str) -> None:
+    def _add_newest(self, txn, kind: str, n: int, entry_id: str) -> None:
         """Record creation `n` and evict what falls beyond `max_entries`."""
         order = self.db["order"]
         prefix = KINDS[kind]
@@ -319,7 +319,7 @@ class LmdbStore:
                 txn.put(key, value, db=responses)
             if row.status in ACTIVE:
                 txn.put(key, b"", db=self.db["active"])
-            self._created(txn, "responses", n, record.id)
+            self._add_newest(txn, "responses", n, record.id)
         await self._write(put)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
@@ -416,7 +416,7 @@ class LmdbStore:
                            _order_key("conversations", CONVERSATION.unpack_from(old)[1]))
             n = self._next_n(txn, "conversations")
             txn.put(key, CONVERSATION.pack(expires, n, 0) + record, db=self.db["conversations"])
-            self._created(txn, "conversations", n, conversation.id)
+            self._add_newest(txn, "conversations", n, conversation.id)
         await self._write(put)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
@@ -486,7 +486,7 @@ class LmdbStore:
                 self._drop(txn, "chats", chat_id, _order_key("chats", CHAT.unpack_from(old)[1]))
             n = self._next_n(txn, "chats")
             txn.put(key, CHAT.pack(expires, n) + record, db=chats)
-            self._created(txn, "chats", n, chat_id)
+            self._add_newest(txn, "chats", n, chat_id)
         await self._write(put)
 
     async def get_chat(self, chat_id: str) -> bytes | None:

@@ -75,7 +75,7 @@ class MemoryStore:
         entry = table.get(entry_id)
         return entry if entry is not None and entry.expires > time.time() else None
 
-    def _created(self, table: OrderedDict, entry_id: str, entry) -> None:
+    def _add_newest(self, table: OrderedDict, entry_id: str, entry) -> None:
         """Add `entry` as the newest of `table`, evicting the oldest beyond `max_entries`."""
         table[entry_id] = entry
         table.move_to_end(entry_id)           # a replaced entry counts as new
@@ -106,7 +106,7 @@ class MemoryStore:
         coroutine) from its parts (no record): a stored non-streamed answer."""
         entry = _Response(self.bounds.expires(time.time()), status, b"%b" % response_json,
                           (input_items, background, conversation), 0, [])
-        self._created(self._responses, response_id, entry)
+        self._add_newest(self._responses, response_id, entry)
 
     def put_replay(self, response_id: str, status: str, render_response: Callable[[], bytes],
                    render_frames: Callable[[], bytes], events: int, input_items: list[dict],
@@ -116,7 +116,7 @@ class MemoryStore:
         chunks = [(0, events, render_frames)] if events else []
         entry = _Response(self.bounds.expires(time.time()), status, render_response,
                           (input_items, background, None), events, chunks)
-        self._created(self._responses, response_id, entry)
+        self._add_newest(self._responses, response_id, entry)
 
     async def put_response(self, record: StoredResponse, frames: Sequence[bytes] = ()) -> None:
         written = record._json       # the JSON a handler wrote (most answers): no property read
@@ -133,7 +133,7 @@ class MemoryStore:
         status = record._status
         entry = _Response(self.bounds.expires(time.time()), record.status if status is None else status,
                           response, meta, len(frames), chunks)
-        self._created(self._responses, record.id, entry)
+        self._add_newest(self._responses, record.id, entry)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
         entry = self._live(self._responses, response_id)
@@ -180,7 +180,7 @@ class MemoryStore:
             live.record, live.expires = _owned(conversation.to_json()), expires
             self._wrote()
             return
-        self._created(self._conversations, conversation.id, _Conversation(expires, _owned(conversation.to_json())))
+        self._add_newest(self._conversations, conversation.id, _Conversation(expires, _owned(conversation.to_json())))
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         live = self._live(self._conversations, conversation_id)
@@ -229,7 +229,7 @@ class MemoryStore:
             live.record, live.expires = _owned(record), expires
             self._wrote()
             return
-        self._created(self._chats, chat_id, _Chat(expires, _owned(record)))
+        self._add_newest(self._chats, chat_id, _Chat(expires, _owned(record)))
 
     async def get_chat(self, chat_id: str) -> bytes | None:
         live = self._live(self._chats, chat_id)

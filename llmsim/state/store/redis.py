@@ -318,7 +318,7 @@ class RedisSettings:
             await pipe.execute()
         return await self._read(always=True)
 
-    async def changed(self) -> dict | None:
+    async def poll_changes(self) -> dict | None:
         return await self._read(always=False)
 
     async def _read(self, always: bool) -> dict | None:

@@ -78,7 +78,7 @@ class Tx:
         self.db, self.max_entries, self.owed = db, max_entries, {}
         self.now = 0.0
 
-    def created(self, table: str, n: int) -> None:
+    def note_created(self, table: str, n: int) -> None:
         """Row `n` was added to `table`: rows beyond `max_entries` go (now or, for a run of
         creations, once after the last of them)."""
         self.owed[table] = max(n, self.owed.get(table, 0))
@@ -482,7 +482,7 @@ class SqliteStore:
             db.execute("DELETE FROM responses WHERE id = ?", (row[0],))
             n = db.execute("INSERT INTO responses (id, expires, status, events, response, meta, frames) "
                            "VALUES (?,?,?,?,?,?,?)", (row[0], expires(tx.now), *row[1:], blob)).lastrowid
-            tx.created("responses", n)
+            tx.note_created("responses", n)
         await self._call(put, CREATE)
 
     async def get_response(self, response_id: str) -> StoredResponse | None:
@@ -571,7 +571,7 @@ class SqliteStore:
                 return
             n = db.execute("INSERT INTO conversations (id, expires, record) VALUES (?,?,?)",
                            (conversation.id, self.bounds.expires(now), record)).lastrowid
-            tx.created("conversations", n)
+            tx.note_created("conversations", n)
         await self._call(put, CREATE)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
@@ -649,7 +649,7 @@ class SqliteStore:
             db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))         # expired
             n = db.execute("INSERT INTO chats (id, expires, record) VALUES (?,?,?)",
                            (chat_id, self.bounds.expires(now), record)).lastrowid
-            tx.created("chats", n)
+            tx.note_created("chats", n)
         await self._call(put, CREATE)
 
     async def get_chat(self, chat_id: str) -> bytes | None:

@@ -1,6 +1,6 @@
 """Plan one Chat Completions answer: n choices, each text or tool calls, with due times.
 
-Shares the Responses planning core (plan.Context, inputs, textgen, latency, reasoning
+Shares the Responses planning core (responses_plan.Context, inputs, textgen, latency, reasoning
 rules, toolcalls). Per choice: the visible output (text, or calls) is planned first;
 reasoning tokens follow from it with the same effort multipliers and are spent before the
 first visible token. All choices share one time to first token. `chunks` is the merged,
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import inputs, latency, logprobs, steps, structured, toolcalls, vllm
-from llmsim.sim.plan import Context, TimedPieces, Usage
+from llmsim.sim.responses_plan import Context, TimedPieces, Usage
 from llmsim.sim.scenarios import Answer
 
 # Content part types each role may send; every part carries its payload under its type's name.
@@ -160,7 +160,7 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None,
     calls; `history`: turns said before the request's messages (counted as input)."""
     messages = body["messages"]
     check_messages(messages)
-    # Checks whose answer is known at once are not called, as in llmsim.sim.plan.plan_response.
+    # Checks whose answer is known at once are not called, as in llmsim.sim.responses_plan.plan_response.
     model = ctx.model
     turns = inputs.chat_turns(messages)
     if history:

@@ -13,7 +13,7 @@ Gemini's own:
   `responseJsonSchema`: the text is a value of the schema (llmsim.sim.structured);
 * function calls come whole (one part each, due when its last token is), never cut: a call that
   does not fit `maxOutputTokens` is left out (finishReason MAX_TOKENS);
-* candidates are chatplan.Choice objects (so faults and stats treat them as Chat's choices),
+* candidates are chat_plan.Choice objects (so faults and stats treat them as Chat's choices),
   with their thought summary and calls as Gemini sends them.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ import orjson
 
 from llmsim.errors import InvalidRequestError
 from llmsim.sim import inputs, latency, steps, structured, textgen, toolcalls
-from llmsim.sim.chatplan import Choice
-from llmsim.sim.plan import Context, Usage
+from llmsim.sim.chat_plan import Choice
+from llmsim.sim.responses_plan import Context, Usage
 from llmsim.sim.scenarios import Answer
 
 # Values whose keys are the client's own (function arguments and results, JSON Schemas): kept

@@ -41,7 +41,7 @@ import orjson
 
 from llmsim.errors import ContextLengthError, InvalidRequestError, ThreadUnsupportedError
 from llmsim.sim import inputs, latency, steps, structured, textgen, toolcalls
-from llmsim.sim.plan import Context, TimedPieces, Usage
+from llmsim.sim.responses_plan import Context, TimedPieces, Usage
 from llmsim.sim.scenarios import Answer
 
 THINKING_EFFORT = "medium"      # reasoning.yaml's multiplier that sizes a thinking block

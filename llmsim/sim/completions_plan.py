@@ -1,5 +1,5 @@
 """Plan a legacy completions answer (/v1/completions): `n` choices per prompt, each planned as
-a Chat choice (llmsim.sim.chatplan) of that prompt alone, with no chat framing: its tokens are
+a Chat choice (llmsim.sim.chat_plan) of that prompt alone, with no chat framing: its tokens are
 the prompt's own. `max_tokens` defaults to 16, as OpenAI's does. With `echo`, a choice's text
 starts with its prompt (the stream sends the prompt first). Prompts given as token arrays are
 decoded to their text.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmsim.errors import ContextLengthError
-from llmsim.sim import chatplan, inputs, steps, tokens, vllm
+from llmsim.sim import chat_plan, inputs, steps, tokens, vllm
 from llmsim.sim.embeddings import decode
-from llmsim.sim.plan import Context, Usage
+from llmsim.sim.responses_plan import Context, Usage
 from llmsim.sim.scenarios import Answer
 
 DEFAULT_MAX_TOKENS = 16
@@ -19,7 +19,7 @@ TURN_ENCODING = "o200k_base"    # what `turns` decodes token-array prompts with 
 
 
 @dataclass(slots=True)
-class CompletionPlan(chatplan.ChatPlan):
+class CompletionPlan(chat_plan.ChatPlan):
     prompts: list[str] = field(default_factory=list)
     per_prompt: int = 1              # n
     echo: bool = False
@@ -67,7 +67,7 @@ def plan_completion(body: dict, ctx: Context, history: list[inputs.Turn] | None 
     for p, text in enumerate(texts):
         turns = [inputs.Turn("user", [text])]
         for j in range(n):
-            choice, sched = chatplan.plan_choice(p * n + j, ctx, turns, cap, None, None, "user", stops,
+            choice, sched = chat_plan.plan_choice(p * n + j, ctx, turns, cap, None, None, "user", stops,
                                                  None, script, sampling)
             if first is None:
                 first = sched.first_token
@@ -79,7 +79,7 @@ def plan_completion(body: dict, ctx: Context, history: list[inputs.Turn] | None 
     include_usage = bool(body.get("stream") and (body.get("stream_options") or {}).get("include_usage"))
     return CompletionPlan(ctx.ids.make("completion", ctx.rng), ctx.created_at, body["model"], body, choices,
                           usage, min(c.first_at for c in choices), max(c.end_at for c in choices), None,
-                          include_usage, "default", continuous_usage=include_usage and chatplan.continuous_usage(body, ctx),
+                          include_usage, "default", continuous_usage=include_usage and chat_plan.continuous_usage(body, ctx),
                           prompts=texts, per_prompt=n, echo=bool(body.get("echo")))
 
 
