@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from llmsim import datafiles
+from llmsim.errors import ServerError
+
+# Fixed words a catalogue message may name as a placeholder, filled in as the catalogue loads.
+WORDS = {"{server_had_an_error}": ServerError.UNEXPECTED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +36,18 @@ class Kind:
 
 def load_kinds(path=None) -> dict[str, Kind]:
     doc = datafiles.load(path or datafiles.DATA_DIR / "faults.yaml", "faults")
-    return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), k["message"],
+    return {name: Kind(name, k["status"], k["type"], k.get("code"), k.get("param"), _fill_words(k["message"]),
                        dict(k.get("headers") or {}), k.get("effect", "error"), k.get("after_tokens"),
-                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)), dict(k.get("apis") or {}))
+                       k.get("retry_after"), float(k.get("timeout_after_ms", 0)),
+                       {api: {**change, "message": _fill_words(change["message"])} if "message" in change else change
+                        for api, change in (k.get("apis") or {}).items()})
             for name, k in doc["kinds"].items()}
+
+
+def _fill_words(message: str) -> str:
+    for placeholder, words in WORDS.items():
+        message = message.replace(placeholder, words)
+    return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ def test_chat_stream_gets_an_error_frame_after_k_tokens(client, value):
     for chunk in chunks:
         oai_schemas.validate_chat_chunk(chunk.model_dump(exclude_unset=True))
     assert sum(1 for c in chunks for choice in c.choices if choice.delta.content) == 3
-    assert "server had an error" in caught.value.message
+    assert caught.value.message == "The server had an error while processing your request. Sorry about that!"
     assert caught.value.body["type"] == "server_error"
 
 
