@@ -4,22 +4,9 @@
     python bench/bench.py --only paced --streams 500
     python bench/bench.py --duration 10 --workers 64
 
-Each workload starts llmsim from this checkout on a free loopback port (`python -m llmsim
-serve`, log level warning) and drives it with an asyncio client in this process:
-
-  responses         non-streaming requests/s, `--profile instant`, N concurrent workers (one
-                    keep-alive connection each) for a fixed duration after a warm-up; latency
-  responses-stream  the same with `stream: true` (a request counts when its stream completed)
-  paced             `--streams` concurrent streams started together with `--ttft-ms 200
-                    --tbt-ms 20 --target-tokens 50`: client-side TTFT (request written -> first
-                    text delta read) and inter-token gaps, p50/p99, and their error against
-                    the configuration
-
-The client is a small HTTP/1.1 client on asyncio streams (uvloop when installed): with httpx
-the client used about 3 ms of CPU per request here, several times the server's cost, so it
-measured itself. Client and server still share this machine's cores: the CPU columns say who
-was busy, and the figures are relative to the machine. WORKLOADS maps a name to a
-function(args) -> rows; later benchmarks (chat, WebSocket, wrk, peers) add entries there.
+Each workload starts llmsim from this checkout on a free loopback port and drives it with a
+small asyncio HTTP/1.1 client in this process. WORKLOADS maps a name to a function(args) ->
+rows. The workloads and the client: docs/benchmarks.md#benchbench.
 """
 from __future__ import annotations
 

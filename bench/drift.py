@@ -1,23 +1,13 @@
 """Drift between llmsim and the newest official SDKs' types (`openai.types`, `anthropic.types`,
-`google.genai.types`).
-
-Starts `llmsim serve --profile instant` on a free port (or uses `--url`), runs a representative
-set of calls through the `openai` SDK (Responses JSON and streams with reasoning and tool calls,
-stored retrieve / input items / delete, input token counts, Chat JSON and streams with tools and
-n=2, models, conversations and their items, an error, a WebSocket turn), Anthropic Messages
-through the `anthropic` SDK (JSON and streams, with thinking and tools, count_tokens, models, an
-error) and Gemini through HTTP (generateContent, its stream, countTokens, embeddings), parses
-every body and stream event as received into its SDK's pydantic model (tests/sdk_types.py), and
-prints:
-
-- per SDK model, the fields the SDK declares that llmsim never sent;
-- every field llmsim sent that the SDK does not declare, marked when a departure in
-  openapi/departures.yaml (`sdk_unknown`) excuses it;
-- bodies that do not parse as the SDK's type at all.
-
-Exit status 1 when a field is unknown to the SDK and not excused, or a body does not parse.
+`google.genai.types`): a representative set of calls, every body and event parsed into its
+SDK's model (tests/sdk_types.py). Prints the fields an SDK declares that llmsim never sent,
+the fields llmsim sent that an SDK does not declare (marked when openapi/departures.yaml
+excuses them) and the bodies that do not parse. Exit status 1 when a field is unknown and not
+excused, or a body does not parse.
 
     python bench/drift.py [--url http://127.0.0.1:PORT]
+
+The calls it makes: docs/benchmarks.md#benchdrift.
 """
 from __future__ import annotations
 

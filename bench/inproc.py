@@ -5,16 +5,8 @@
     python bench/inproc.py chat --n 5000 --flags '{"store_max_entries": 100}'
     python bench/inproc.py --paced 100 1000      # µs per paced event with N streams open
 
-Requests go straight into `create_app(Settings(profile="instant", target_tokens=32))`
-(the W1-W4 settings of bench/perf.py), so the figure is llmsim's own cost per request;
-uvicorn adds ~20 µs on top. Read it as a trend between commits on one machine.
-
-`--paced` runs N concurrent chat streams at W5's pacing (200 ms TTFT, 20 ms gaps) on the
-real clock and the app's shared timer, each on a stand-in for `llmsim serve`'s
-connection that counts the chunks written to it instead of sending them (llmsim.server.connection's
-direct path). Runs of 50-token and 1-token replies differ only in events, so their CPU
-difference divided by the extra chunks is what one event costs llmsim's Python: the timer,
-rendering, framing, the write call; not the socket's system call or uvicorn's objects.
+Read it as a trend between commits on one machine. What each mode measures:
+docs/benchmarks.md#benchinproc.
 """
 from __future__ import annotations
 

@@ -5,19 +5,8 @@
     python bench/instructions.py W2 --baseline bd76b8f          # and an earlier commit (bench/baseline.py)
     python bench/instructions.py W2 --connections 64            # wrk's 64 connections, not one
 
-CPU time on this machine moves by 10-30% between runs of the same build (another process on
-the other core, the host), so small changes drown in it. An instruction count hardly moves:
-the same build gives the same figure within ~0.5% (string hashing is seeded alike in every
-run), whatever else the machine is doing. The server (one worker, `--profile instant`,
-32-token replies, as in bench/perf.py's W1-W4) runs under valgrind's callgrind with its
-instrumentation off while it starts and warms up, on for `--n` requests sent one after
-another on a keep-alive connection, then off. Fewer instructions is not always less time
-(cache misses, system calls), so a change worth keeping shows in bench/perf.py too. Needs
-valgrind (`apt-get install valgrind`); valgrind runs Python ~50x slower (~20 s a workload).
-
-One connection at a time hides what costs more when many requests share a loop step (timers,
-the loop's bookkeeping, batching that no longer happens): `--connections N` counts while wrk
-keeps N connections busy for `--seconds`, and divides by the requests wrk completed.
+The same build gives the same count within ~0.5%, whatever else the machine does. Needs
+valgrind. Why and how: docs/benchmarks.md#benchinstructions.
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
-"""What do live metrics cost? W1-like throughput with `metrics: true` vs `--no-metrics`.
-
-Three measurements of non-streaming chat completions (W1: `--profile instant`, 32-token
-replies), each side by side with metrics on and off:
-
-* wrk: two llmsim servers on loopback (one with `--no-metrics`) driven in alternating
-  rounds by `wrk -t2 -c64 -dNs`: requests/s and the server's CPU time per request
-  (user + system, from /proc). Best round of each side: noise only slows a round down.
-* asgi: the same request sent straight into each app in this process (no sockets, no
-  client): best-of-batches CPU time per request.
-* instructions: `llmsim serve` (uvicorn and all) under valgrind's callgrind, counting
-  only while 200 requests are served on a keep-alive connection after a warm-up:
-  instructions per request. Unlike time, this does not depend on what else runs on the
-  machine, so it is the figure the verdict uses (skipped without valgrind; the asgi figure
-  is used then). Takes a minute or two: valgrind runs Python ~50x slower.
-
-On a shared 2-core machine wrk and asgi rounds swing by tens of percent; read them as
-context. Exit status 1 when the overhead of metrics on is 5% or more.
+"""What do live metrics cost? W1-like throughput with `metrics: true` vs `--no-metrics`, measured
+three ways side by side (wrk, in-process ASGI, callgrind instructions; the verdict uses
+instructions when valgrind is there). Exit status 1 when metrics cost 5% or more.
 
     python bench/metrics_cost.py [--seconds 5] [--rounds 6] [--endpoint chat|responses]
                                  [--mode all|wrk|asgi|instructions]
+
+The three measurements: docs/benchmarks.md#benchmetrics_cost.
 """
 from __future__ import annotations
 

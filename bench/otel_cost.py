@@ -1,21 +1,10 @@
-"""What does OpenTelemetry cost? W1 (non-streaming chat, `--profile instant`, 32 tokens) with
-OTel off and on, side by side (issue 63: on keeps at least 85% of off's throughput).
-
-Two llmsim servers on loopback, one with `--otlp-endpoint` pointing at a sink in this process
-that reads each OTLP/HTTP request and answers 200 (no decoding: the sink's cost is not the
-server's), driven in alternating rounds by `wrk -t2 -c64 -dNs` (bench/metrics_cost.py's setup).
-Per round: requests/s and the server's CPU time per request (user + system of all its threads,
-the exporter's too, from /proc). On a shared 2-core machine rounds swing by tens of percent, so
-the verdict uses the median of the per-round ratios (on / off), each round running both sides
-back to back; CPU per request is the steadier figure. Exit status 1 when the median req/s
-ratio is below 0.85.
-
-`--instructions` counts instead, with valgrind's callgrind (bench/instructions.py), the
-instructions per request of the server process with OTel off and on (the exporter process,
-not under valgrind, is not counted: it runs beside the server, off its core): the same figure
-on any machine load. 1,100 requests each, so that two full batches are shipped while counting.
+"""What does OpenTelemetry cost? W1 with OTel off and on, side by side, against a sink in this
+process (issue 63: on keeps at least 85% of off's throughput). Exit status 1 when the median
+req/s ratio is below 0.85; `--instructions` counts with callgrind instead.
 
     python bench/otel_cost.py [--seconds 5] [--rounds 6] [--connections 64] [--instructions]
+
+The setup: docs/benchmarks.md#benchotel_cost.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """Lean asyncio client for paced streams: N concurrent SSE requests, timed token by token.
 
-Each stream is an `asyncio.Protocol` on its own connection (uvloop when installed): no
-coroutine per event, one clock read per `data_received`, a small HTTP/1.1 + chunked + SSE
-parser, and JSON decoding only for events that may carry a token. Connections are opened
-first (at most 200 connecting at once); then every request is written in one tight loop and
-each stream's TTFT is measured from the moment its own request was written.
-
-- token: a chat chunk with non-empty `choices[0].delta.content`, or a Responses
-  `response.output_text.delta` event; complete: `data: [DONE]` / `response.completed` seen
-  on a 200 response.
-- measure mode (default): wait until every stream ends (or --timeout), then print
-  `PACED_JSON {...}`: TTFT and inter-token gap percentiles (ms), completed fraction, errors.
-- `--hold S`: send the requests, keep the streams open S seconds, print `HOLDING <open>` and
-  wait for a line on stdin before closing them (the caller samples server memory meanwhile).
+Each stream is an `asyncio.Protocol` on its own connection, with one clock read per
+`data_received`; each stream's TTFT is measured from when its own request was written.
+Measure mode prints `PACED_JSON {...}` (TTFT and gap percentiles, completed fraction, errors);
+`--hold S` keeps the streams open for a caller sampling server memory.
 
 usage: python bench/paced.py URL [--api chat|responses] [--n 100] [--model gpt-4o] [--hold S]
+More: docs/benchmarks.md#benchpaced.
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """The peer we compare against: `@copilotkit/aimock` (Node), installed into bench/.peer/.
 
-How it is configured to match llmsim (read from the package's README and dist/):
-- server: its `llmock` CLI (`dist/cli.js -p PORT -h HOST -f FIXTURES`); default `--latency 0`
-  and no streaming profile = its zero-latency mode.
-- routes used: POST /v1/chat/completions and POST /v1/responses, both streaming (`stream: true`,
-  ending in `data: [DONE]` / `event: response.completed`) and not; GET /health.
-- replies: one catch-all fixture (`"match": {}`) whose content is N repetitions of " hello"
-  (one o200k token each) with `chunkSize: 6`, so a stream carries exactly N content deltas,
-  like llmsim's N tokens.
-- pacing: a fixture `streamingProfile` {ttft, tps, jitter}. aimock waits `ttft` before its first
-  chunk, which is the role-only chunk (`delta: {role, content: ""}`), then 1000/tps ms before each
-  further chunk (relative setTimeout per chunk, not absolute deadlines). The first *content*
-  chunk therefore comes at ttft + gap: to promise the same first token as llmsim's
-  `--ttft-ms T --tbt-ms G`, we give aimock ttft = T - G, tps = 1000 / G, jitter = 0.
-
-`python bench/peer.py install` installs it; `python bench/peer.py serve [--tokens N ...]` runs it.
+`python bench/peer.py install` installs it; `python bench/peer.py serve [--tokens N ...]` runs
+it, configured to match llmsim: one catch-all fixture of N one-token words, and for paced
+streams ttft = T - G, tps = 1000 / G, so its first content chunk is due when llmsim's
+`--ttft-ms T --tbt-ms G` first token is. How each setting was read from the package:
+docs/benchmarks.md#benchpeer.
 """
 from __future__ import annotations
 

@@ -4,27 +4,10 @@
     python bench/perf.py --duration 3 --n 100 # quick development run
     python bench/perf.py --rounds 3           # W1-W5: median of 3 alternating runs per server
     python bench/perf.py --snapshot           # run llmsim from a copy taken at start (shared tree)
-    python bench/perf.py --baseline bd76b8f --only W1,W2,W3,W4 --rounds 2
-                                              # also an earlier commit (bench/baseline.py), ratios to it
+    python bench/perf.py --baseline bd76b8f --only W1,W2,W3,W4 --rounds 2   # and an earlier commit
 
-Both servers run on loopback on this machine. W1-W4 use `wrk -t2 -c64 -d10s --latency` with
-bench/wrk/post.lua after a short warm-up (llmsim `--profile instant --target-tokens 32`; the
-peer in its zero-latency mode with a 32-token fixture). W5 runs N concurrent paced streaming
-chat requests (llmsim `--ttft-ms 200 --tbt-ms 20 --target-tokens 50`, the peer with the
-equivalent streaming profile, see peer.py) measured by bench/paced.py; W6 holds 1,000 streams
-open before their first token and reads each server's memory. A workload the server does not
-route (404) prints n/a. Results also go to bench/results/perf-<time>.json.
-
-With `--baseline REV`, W1-W4 also run that commit, installed by bench/baseline.py into a venv
-of its own (cached under bench/.baselines/), as a third server in the same rounds; a second
-table gives, per workload, each server's best round, current/baseline and current/peer, every
-round's figures and the server CPU per request (which the other load on a shared machine
-moves less than throughput).
-
-Server-side lateness (W5) is read from `GET /llmsim/stats` after the run, expected as
-`{"lateness_ms": {"count": n, "p50": ms, "p99": ms, "max": ms}}`: over every SSE write since the
-server started, the time the bytes were handed to the socket minus the time the earliest event
-in them was due (start + event.at), across all worker processes. n/a until llmsim serves it.
+W1-W6 and how each is measured: docs/benchmarks.md#benchperf. Results also go to
+bench/results/perf-<time>.json.
 """
 from __future__ import annotations
 

@@ -3,25 +3,10 @@
     python bench/soak.py --minutes 5                  # tuned server, SQLite store in a temp dir
     python bench/soak.py --minutes 1 --server plain   # what CI runs (.ci/run), per server
 
-Traffic (a few concurrent clients, each looping over the mix): JSON and SSE Responses
-requests, Chat Completions, WebSocket turns, stored responses read back, chained follow-ups
-(previous_response_id), injected faults (x-llmsim-fault) and clients that leave mid-stream.
-Every `--interval` seconds (default: a minute, or a quarter of a shorter run) it prints the
-server's RSS, open file descriptors, threads, requests and streams in flight, and the store
-file's size. At the end, a verdict: after warm-up, RSS grew by at most `--tolerance` percent,
-open descriptors by at most a few, and no answer was a 5xx unless a fault was injected into it.
-Exit status 0 when the verdict holds, 1 otherwise.
-
-Warm-up is the first `--warmup` seconds (default 120; at most half the run): the verdict
-compares the last sample with the first one taken after it. In those minutes the server's
-bounded caches fill: the request targets the HTTP front end remembers (the first 1,024,
-llmsim.server.requestcycle), SQLite's page cache of the store's one connection (its default
-2,000 KiB) and the caches of texts already counted (llmsim.sim.tokens, llmsim.sim.bpe).
-What RSS adds after that, with no more memory in use, is the allocators' high-water mark:
-glibc's heap and Python's arenas keep freed memory for reuse rather than hand it back, so a
-moment that needs more at once than any before, or freed memory too scattered to reuse, raises
-RSS by a step that stays, each step rarer than the last. A leak raises it with every request
-instead, without end.
+Every `--interval` seconds it prints RSS, open descriptors, threads, requests and streams in
+flight and the store's size. Exit status 0 when, after warm-up, RSS grew by at most
+`--tolerance` percent, descriptors by at most a few, and no answer was an uninjected 5xx.
+The traffic mix and why RSS still steps up after warm-up: docs/benchmarks.md#benchsoak.
 """
 from __future__ import annotations
 

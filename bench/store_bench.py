@@ -1,22 +1,11 @@
-"""What storing costs: stored vs `store: false` Responses requests, closed loop.
-
-Each phase runs `concurrency` clients for `seconds`, every client sending its next request
-as soon as the previous answer is read (run it against a `--profile instant` server, so
-the store and the HTTP stack are what is measured, not simulated latency):
-
-  store_false / stored                POST /responses (JSON), store false vs the default
-  stream_store_false / stream_stored  the same, streamed (stored: every SSE frame is kept)
-  chained                             POST with previous_response_id (the history is read
-                                      and grows; each client restarts its chain every 10 turns)
-  retrieve                            GET /responses/{id} of a stored response
-
-Reported per phase: requests, rps, p50 / p99 latency (ms, whole answer read) and errors;
-`overhead` compares stored with store_false (throughput lost, p50 added).
+"""What storing costs: stored vs `store: false` Responses requests, closed loop, per phase
+(store_false, stored, their streamed twins, chained, retrieve): requests, rps, p50 / p99
+latency and errors, and the overhead of storing.
 
 usage: python bench/store_bench.py [URL] [--seconds 5] [--concurrency 32] [-- llmsim flags]
-  Without URL, starts `llmsim serve --profile instant` (plus the flags after `--`, e.g.
-  `-- --store redis://127.0.0.1:6379/0` or `-- --workers 2`).
+  Without URL, starts `llmsim serve --profile instant` (plus the flags after `--`).
 As a library: `run(base_url, seconds) -> dict` (base_url: the server root).
+The phases: docs/benchmarks.md#benchstore_bench.
 """
 from __future__ import annotations
 

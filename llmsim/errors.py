@@ -1,24 +1,9 @@
-"""The exception tree. Every error a client can see is an `APIError`; one renderer (the
-`error` template, used by `llmsim.app`) turns any of them into the provider's JSON envelope.
-
-    LLMSimError
-    ├── ConfigError            bad settings, data file or template: start-up fails, names file and path
-    └── APIError               sent to the client: status, type, code, param, message, headers
-        ├── InvalidRequestError        400 invalid_request_error
-        │   ├── ContextLengthError     400 context_length_exceeded
-        │   ├── PreviousResponseNotFoundError  400 previous_response_not_found
-        │   └── ThreadUnsupportedError  400, details.error_code thread_unsupported_request (Anthropic)
-        ├── AuthenticationError        401
-        ├── NotFoundError              404
-        │   └── ModelNotFoundError     404 model_not_found, param "model"
-        ├── MethodNotAllowedError      405
-        ├── RequestTimeoutError        408 request_timeout (the body came too slowly)
-        ├── PayloadTooLargeError       413
-        ├── UnsupportedMediaTypeError  415
-        ├── ServerError                500 server_error
-        └── ServiceUnavailableError    503 service_unavailable (e.g. the state store is unreachable or full)
-
-    ConnectionDrop (a BaseException)   the connection is closed without a complete answer
+"""The exception tree. Every error a client can see is an `APIError` (status, type, code, param,
+message, headers); one renderer (the `error` template, used by `llmsim.app`) turns any of them
+into the provider's JSON envelope. `ConfigError` stops start-up, naming the file and path;
+`ConnectionDrop` (a BaseException, so no handler turns it into a response) closes the
+connection without a complete answer. Each subclass's status and code are its class
+attributes; the tree at a glance: docs/internals.md#errors.
 """
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
-"""Live llmsim servers for tests: a pytest plugin (entry point `pytest11`) and its helpers
-(which import without pytest: bench/ scripts use `start`).
+"""Live llmsim servers for tests: a pytest plugin (entry point `pytest11`) with the fixtures
+`llmsim_server` (one per session, `profile="instant"`) and `llmsim_server_factory(**settings)`
+(one per call, any `llmsim.settings.Settings` field), and `start(**settings)`, the same server
+as a context manager. The helpers import without pytest (bench/ scripts use `start`).
 
-Any project that installs llmsim gets two fixtures:
-
-- `llmsim_server`: one server for the whole session, with no simulated latency
-  (`profile="instant"`);
-- `llmsim_server_factory(**settings)`: a new server per call, with any field of
-  `llmsim.settings.Settings` (`seed`, `profile`, `errors`, `fault_schedule`, `api_keys`, ...;
-  `profile` is `"instant"` unless given), each stopped when the test ends.
-
-Both give a `Server`: `.url` is its root (`http://127.0.0.1:PORT`) and `.openai_url` the base
-URL for an OpenAI client (`.url + "/v1"`). A server is `llmsim serve` in a subprocess on a
-free port, given its settings as `LLMSIM_*` environment variables (those of the test run
-itself are not passed on). Settings are checked before it starts, so a typo fails with the
-ConfigError naming it; a server that exits or does not answer `/health` fails with what it
-printed. `start(**settings)` is the same server as a context manager, e.g. for a session
-fixture of your own with other settings.
+A `Server` is `llmsim serve` in a subprocess on a free port, given its settings as `LLMSIM_*`
+variables (the test run's own are not passed on); `.url` is its root, `.openai_url` the base
+URL for an OpenAI client. Settings are checked before it starts. More:
+docs/internals.md#testing.
 """
 from __future__ import annotations
 

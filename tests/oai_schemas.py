@@ -1,31 +1,13 @@
-"""Validate JSON that llmsim emits against OpenAI's published OpenAPI document.
+"""Validate JSON that llmsim emits against OpenAI's published OpenAPI document
+(``$LLMSIM_OPENAI_SPEC``, by default ``../shared/openai/openapi.yaml``), then against the
+official SDK's own types (tests/sdk_types.py). Without the document, :func:`validate` runs
+the SDK checks only and :func:`spec` skips its test; under CI a missing one fails.
+Deliberate departures are listed in ``openapi/departures.yaml``; their ``normalize`` rules
+apply to a copy of the instance first. How unions and ``nullable`` are handled:
+docs/internals.md#testsoai_schemas.
 
-The document (OpenAPI 3.1, https://github.com/openai/openai-openapi) is found at
-``$LLMSIM_OPENAI_SPEC``, by default ``../shared/openai/openapi.yaml`` beside the repo
-root. It is parsed once per process, on first use (~1.5 s), and one validator is cached
-per schema name, so validating an event afterwards is cheap. Without it (a fresh clone
-alone), :func:`validate` runs the SDK-type checks only and :func:`spec` skips the test
-calling it, saying how to get the document; under CI (``CI`` set) a missing one fails.
-
-Schemas are checked with openapi-schema-validator's OAS 3.1 validator against the
-whole document (so every ``$ref`` resolves); ``format`` is not asserted, and the
-OAS 3.0 ``nullable: true`` that the document still uses in places is honoured.
-OpenAI's unions carry ``discriminator: {propertyName: type}`` without a
-``mapping``, and the implicit mapping (``#/components/schemas/<type value>``)
-points at schemas that do not exist. So this module picks the union member whose
-own ``type`` enum holds the instance's value, and rejects values no member claims
-(falling back to plain anyOf/oneOf when some member declares no ``type`` values).
-
-Every object that validates is then checked against the official SDK's own types too
-(tests/sdk_types.py), which follow the live API more closely than the frozen document.
-
-Deliberate departures from OpenAI's schema are listed in
-``openapi/departures.yaml``; their ``normalize`` rules are applied to a copy of
-the instance before validating.
-
-Public API: :func:`validate`, :func:`validate_response_event`,
-:func:`validate_ws_error`, :func:`validate_chat_chunk`,
-:func:`validate_chat_completion`, :func:`validate_error_body`,
+Public API: :func:`validate`, :func:`validate_response_event`, :func:`validate_ws_error`,
+:func:`validate_chat_chunk`, :func:`validate_chat_completion`, :func:`validate_error_body`,
 :func:`departures`, :func:`spec`.
 """
 

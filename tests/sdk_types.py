@@ -1,24 +1,12 @@
-"""Check JSON that llmsim sends against the official SDKs' own types (`openai.types`, and for
-the other providers' APIs `anthropic.types` and `google.genai.types`: kinds `anthropic.*`,
-`gemini.*`, which no OpenAI departure rule normalizes).
+"""Check JSON that llmsim sends against the official SDKs' own types (`openai.types`,
+`anthropic.types`, `google.genai.types`): it must parse into the SDK's model, and every key
+must be a field the SDK declares, unless openapi/departures.yaml lists it under
+`sdk_unknown`. Fields the SDK declares that llmsim never sends are collected (`missing()`).
+Why and how: docs/internals.md#testssdk_types.
 
-OpenAI's OpenAPI document in ../shared is frozen at one release, while the SDK is regenerated
-from the live API every week. So every body and event that tests/oai_schemas.py validates
-against the document is also parsed here into the SDK's pydantic model for the same object:
-
-- it must parse (`Model.model_validate`, after the departures' `normalize` rules);
-- every key of the JSON must be a field the SDK declares on the model it parsed into. The
-  SDK's models accept extra keys silently, so the parsed model and the raw JSON are walked
-  side by side; a key the model does not declare is *unknown to the SDK* and fails the check,
-  unless a departure in openapi/departures.yaml lists it under `sdk_unknown` as
-  `ModelName.field`;
-- fields the SDK declares that the JSON leaves out are only *collected* (`missing()`), per
-  model over everything checked in this process: the fields llmsim never sends.
-
-Public API: :func:`check` (by OpenAI schema name, as oai_schemas uses them),
-:func:`check_event`, :func:`missing`, :func:`unknown`, :func:`report`, :func:`isolated`,
-:data:`KINDS`. With SDK_DRIFT_REPORT=1 in the environment, the test run ends with
-:func:`report` of everything checked (tests/conftest.py).
+Public API: :func:`check`, :func:`check_event`, :func:`missing`, :func:`unknown`,
+:func:`report`, :func:`isolated`, :data:`KINDS`. With SDK_DRIFT_REPORT=1 the test run ends
+with :func:`report` (tests/conftest.py).
 """
 from __future__ import annotations
 

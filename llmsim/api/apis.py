@@ -1,31 +1,12 @@
 """The other providers' APIs: every OpenAPI document in openapi/ with an `x-llmsim` block
 (openapi/anthropic.yaml, openapi/gemini.yaml), mounted beside the OpenAI document, each
-answering errors in its own envelope and taking API keys where its provider does. All of it
-is read from the documents; nothing here names a provider.
+answering errors in its own envelope and taking API keys where its provider does.
 
-    servers: [{url: /anthropic/v1}]     # its own base paths: it is mounted on each
-    x-llmsim:
-      errors: anthropic_errors          # the template of its error envelope
-      header: anthropic-version         # optional: this header claims a request (below)
-      shared: [/v1]                     # optional: base paths it shares with the OpenAI document
-      unauthenticated: {missing: ..., invalid: ...}     # optional: its 401 messages
-      claims: '/models/[^/:]+:[a-z][A-Za-z]+'  # optional: a pattern of more paths it claims there
-    components:
-      securitySchemes:                  # apiKey schemes: where else a key may be sent
-        ApiKey: {type: apiKey, in: header, name: x-api-key}
-
-Every path under a document's own base paths is the document's: its errors are rendered by
-`errors` (`of(path).errors`), and a key sent where one of its apiKey schemes says (a header,
-a query parameter) is checked like `Authorization: Bearer` (llmsim.api.guard).
-
-A request under one of `shared` is claimed, moved to the same path under the document's
-first server, when it carries `header` or when its path is one of the document's that the
-OpenAI document lacks, or matches `claims` (so a route of its provider that is not simulated
-is answered in its envelope): `/v1/messages` is `/anthropic/v1/messages`, `GET /v1/models` with
-`anthropic-version` is Anthropic's list, `/v1/models/gemini-2.5-flash:generateContent` is
-`/v1beta/models/gemini-2.5-flash:generateContent`. (Mounted on `/v1` itself, beside the
-OpenAI document, connexion would not reach such a route: OpenAI's `GET /models/{model}`
-matches it by its path, and the answer would be a 405.)
+Invariant: all of it is read from the documents; nothing here names a provider. Every path
+under a document's own base paths is the document's; a request under one of its `shared` base
+paths is claimed (moved under the document's first server) by its `header`, a path the OpenAI
+document lacks, or `claims`. The `x-llmsim` block and the claiming rules:
+docs/internals.md#apiapis.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Precompiled dispatch for the JSON-body operations of our OpenAPI document: the tuned
-server's fast lane (`--server plain` has none: connexion serves these too, and answers alike,
-tests/test_fastlane_differential.py).
+"""Precompiled dispatch for the JSON-body operations of our OpenAPI document marked
+`x-llmsim-fast-lane: true`: the tuned server's fast lane (`--server plain` has none).
 
-connexion rebuilds per request what never changes (route matching through nested routers,
-the parameter decorator, a body validator object, a context). For the hot operations the
-document marks `x-llmsim-fast-lane: true` (POST /responses, /chat/completions,
-/conversations, /responses/input_tokens; each takes only a JSON body), `json_operations` compiles
-the same document once: path -> (handler, validators), and llmsim.api.front serves them with
-`Operation.call`: it reads and parses the body with the functions connexion's validator uses
-(llmsim.api.validation), validates it with a Rust validator (jsonschema-rs) and, only when
-that fails, with the Python validator that names the bad field, then calls the handler.
-Every other request goes on to connexion unchanged, so the OpenAPI document stays the single
-source of routes and request schemas.
-
-Kept because bench/instructions.py shows it saves more than 3% of W1's and W2's instructions;
-see bench/RESULTS.md.
+Invariants: the OpenAPI document stays the single source of routes and request schemas (it
+is compiled once, path -> handler and validators); a body is parsed and validated as
+connexion would and a bad one names the same field (tests/test_fastlane_differential.py);
+every other request goes on to connexion unchanged. How: docs/internals.md#apifastpath; why it
+is kept: docs/performance.md#what-is-kept-for-speed.
 """
 from __future__ import annotations
 

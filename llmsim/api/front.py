@@ -1,25 +1,12 @@
 """The front door: the ASGI app `create_app` returns. Every request and connection enters here.
 
-* API requests (under the base paths): observed (llmsim.observe.observer), checked (llmsim.api.guard),
-  then, on the tuned server, the JSON operations of our OpenAPI document are served here
-  directly (llmsim.api.fastpath); every other route, and every route on `--server plain`,
-  goes on to connexion.
-* WebSocket connections: observed and checked, then to the Responses WebSocket router
-  (connexion routes HTTP only).
-* `/health`, `/metrics` and `/llmsim/...`: checked, not observed, then connexion.
-* lifespan: the observer's start and stop around connexion's; from its start, a shutdown
-  signal ends the streams still running with an error (llmsim.pacing.draining).
-* Surplus and slow clients: beyond `max_connections` requests in flight and WebSockets open,
-  an API request or upgrade gets 503 and its connection closes; a body that has not all
-  arrived `body_timeout_s` after its head gets 408 (llmsim.api.deadline), the connection closed.
-* `ConnectionDrop` (an injected `stream_drop` fault) ends the exchange unfinished, so the
-  server closes the connection: mid-body for streams, right after the headers otherwise.
-
-One layer instead of a middleware each: under load a request's bookkeeping is a few calls,
-and (tuned server) a JSON answer is written to `llmsim serve`'s connection in one piece
-(llmsim.server.connection.responder), its headers joined once instead of passing through the ASGI
-send chain and uvicorn's checks of every header. Any error becomes the provider's envelope
-through `render_error`, the app's one renderer.
+API requests are observed (llmsim.observe.observer) and checked (llmsim.api.guard), then served
+by the fast lane (llmsim.api.fastpath, tuned server) or connexion; WebSocket upgrades go to the
+Responses WebSocket router; `/health`, `/metrics` and `/llmsim/...` are checked, not observed.
+Invariants: one layer, not a middleware each; any error becomes the provider's envelope through
+`render_error`, the app's one renderer; beyond `max_connections` a request gets 503, a body
+late past `body_timeout_s` 408, and `ConnectionDrop` ends the exchange unfinished.
+The story: docs/internals.md#apifront.
 """
 from __future__ import annotations
 

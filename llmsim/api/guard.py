@@ -1,20 +1,11 @@
-"""`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first).
+"""`Guard`: what a request must pass before any of it is read (llmsim.api.front asks it first):
+API keys (`Authorization: Bearer`, or where the path's API document takes a key), the admin
+key for llmsim's routes that change behaviour, the body's size (`max_body_bytes`: 413), and
+the content type a POST's JSON is read as.
 
-* API keys: with `api_keys` configured, requests (HTTP and WebSocket upgrades) under the API
-  base paths need `Authorization: Bearer <key>`, or the key where the path's API document
-  takes one (its apiKey `securitySchemes`, llmsim.api.apis: Anthropic's `x-api-key`, Gemini's
-  `x-goog-api-key` or `?key=`); otherwise 401 `invalid_api_key` (with the bare base path `""`
-  too: every path but llmsim's own is the API's).
-* llmsim's own routes (`/health`, `/metrics`, `/llmsim/...`, whichever document declares them):
-  with API keys or an `admin_key` configured, those that change behaviour (every method but
-  the read-only ones openapi/admin.yaml lists under `x-llmsim-access`) need the admin key
-  (without one, any API key); the read-only ones stay open unless `protect_stats` is set, then
-  they need an API key or the admin key. Every key is compared in constant time.
-* Body size: a `content-length` over `max_body_bytes` gets 413 before anything is read; a
-  chunked body (no length; connexion would refuse it) is buffered here, 413 at the limit.
-* A POST without `content-type` is read as JSON (what curl -d users mean, and what the SDKs send);
-  a JSON content type written in other case or spacing (`Application/JSON ; charset=utf-8`)
-  goes on as `application/json`, the one spelling both the fast lane and connexion match.
+Invariants: every key is compared in constant time; a rejected request gets its API's error
+envelope; a chunked body is buffered here, so connexion and the fast lane always see a
+length. The rules in full: docs/internals.md#apiguard.
 """
 from __future__ import annotations
 

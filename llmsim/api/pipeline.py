@@ -1,21 +1,10 @@
-"""One pipeline for every generating request: the same ordered stages for every API, each API's
-difference stated by its adapter (llmsim.api.adapters), never by leaving a stage out.
+"""One pipeline for every generating request: the same ordered stages for every API (refresh,
+replay, script, prior, plan, admit, shape, slot, observe, deliver), each API's difference
+stated by its adapter (llmsim.api.adapters), never by leaving a stage out.
 
-    refresh   live config other workers and hosts wrote (only when settings are shared)
-    replay    a recorded answer (only with --replay)
-    script    a scenario turn or a rule (the turn counted from the adapter's history), else
-              the fault header, schedule or rates
-    prior     what the request continues (the adapter's history)
-    plan      adapter.plan(...) -> a sim/ plan (llmsim.sim.plans.Plan)
-    admit     rate limits: the adapter's cost; its provider's headers, or its 429 (only with limits)
-    shape     fault shaping (a content filter's cut, a truncation)
-    slot      the serving model's queue, prefill and prefix cache (only where it is on), or
-              the prefix cache's marked prefixes (Anthropic's cache_control)
-    observe   stats and metrics
-    deliver   JSON, SSE, WebSocket frames or a background job, and what is kept: the adapter's
-
-The stages are assembled from the settings (`assemble`, again when PATCH /llmsim/config or
-another process changes them): a capability that is off has no stage, so it costs nothing.
+Invariant: the stages are assembled from the settings (`assemble`, again when PATCH
+/llmsim/config or another process changes them); a capability that is off has no stage, so it
+costs nothing. What each stage does: docs/internals.md#apipipeline and docs/architecture.md.
 """
 from __future__ import annotations
 

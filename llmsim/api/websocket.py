@@ -1,36 +1,12 @@
 """Responses API WebSocket mode: `response.create` frames in, the SSE stream's events out.
 
-Served on the HTTP paths (`{base}/responses` for each of settings.base_paths: `/openai/v1/responses`,
-`/v1/responses` by default) when the request is a WebSocket upgrade: llmsim.api.front sends websocket
-scopes to this module's router, and everything else (HTTP, lifespan) on to connexion.
-
-* A text frame `{"type": "response.create", ...}` carries a Responses create body, flat or
-  nested under `"response"`. The body is checked against the same `CreateResponseRequest`
-  schema as HTTP, with the same messages and `param` paths (relative to the body).
-  WebSocket-only keys: `generate` (false: warm up, below); `stream` is implied and ignored;
-  `background: true` and `stream_id` lanes are refused with an error event.
-* The answer is the `responses` template's SSE stream, rendered as for HTTP (the same
-  compiled steps, the same fault cuts: `Injection.frames`), each event's data without its
-  `event:`/`data:` envelope in one text frame, paced like SSE (`transport.Paced`) and timed
-  from when the response starts (`transport.ws_send`).
-* One response at a time: frames are queued and served strictly in arrival order (their
-  error events too), so the events of two responses never interleave.
-* The connection remembers its most recent finished response (id and the conversation so
-  far); `previous_response_id` must name it (`Connection.history` is the store hook).
-* `generate: false` plans a response without output or latency: response.created,
-  response.in_progress, response.completed (empty output, input tokens counted); it is
-  remembered like any other, so the next turn can continue from it.
-* Errors are `templates/websocket.yaml` events (OpenAI's `ResponseWsError`, HTTP status and
-  error object as the HTTP envelope would have them); the connection stays usable.
-* Faults (llmsim.faults.catalogue) apply per `response.create`, triggered by the upgrade request's
-  `x-llmsim-fault` header (every turn), the schedule or the rates: an immediate fault is an
-  error event; mid-stream ones end the turn with `response.failed` or an error event (with
-  `sequence_number`); `stream_drop` closes the socket with 1011.
-* Limits: after `ws_max_age_s` an unfinished response is cut, a
-  `websocket_connection_limit_reached` error is sent and the socket closes normally (1000).
-  Beyond `ws_max_connections` open sockets, upgrades get HTTP 503 with the JSON error
-  envelope (ASGI denial-response extension); servers without that extension accept and close
-  with code 1013 (try again later), the message as reason.
+Served on `{base}/responses` for each base path when the request is a WebSocket upgrade
+(llmsim.api.front routes it here). Invariants: a body is checked against the same
+`CreateResponseRequest` schema as over HTTP; events are the `responses` template's, rendered
+and faulted as over HTTP, one per text frame; one response at a time, in arrival order, so two
+responses' events never interleave; `previous_response_id` names the connection's latest
+response; an error is a `templates/websocket.yaml` event and the connection stays usable.
+Frames, warm-up, faults and limits: docs/internals.md#apiwebsocket.
 """
 from __future__ import annotations
 

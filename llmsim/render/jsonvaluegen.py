@@ -1,9 +1,9 @@
 """A value written once per render (a template's `body`), generated as one Python value that
 one `orjson.dumps` serialises.
 
-Kept beside llmsim.render.jsoncodegen (joined JSON pieces, which pay off where pieces are
-memoised and rendered again: a stream's events) because it saves more than 3% of W1's and
-W2's instructions (docs/performance.md). Invariant: the same bytes as the closure writer of
+Beside llmsim.render.jsoncodegen (joined JSON pieces, which pay off where pieces are
+memoised and rendered again: a stream's events); why it is kept: docs/performance.md#what-is-kept-for-speed.
+Invariant: the same bytes as the closure writer of
 llmsim.render.jsonwriter (the differential test checks it); what it does not generate is
 jsoncodegen's JSON, embedded as a Fragment. Errors go through jsoncodegen's `raise_failure`.
 The story: docs/internals.md#renderjsonvaluegen.

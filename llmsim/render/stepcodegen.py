@@ -5,8 +5,8 @@ Nested steps become plain Python loops in one function; a loop's variables live 
 and in one dict per loop, filled only where something reads it whole. Invariants: every value
 an event needs is computed before it is yielded (no context outlives its event); the
 expressions and writers called are those `templates.Compiler` checked; a template error is
-logged with its path (llmsim.render.jsoncodegen `raise_failure`). The SSE function is kept because it
-saves more than 3% of W3's and W4's instructions. The story: docs/internals.md#renderstepcodegen.
+logged with its path (llmsim.render.jsoncodegen `raise_failure`). The story:
+docs/internals.md#renderstepcodegen; why it is kept: docs/performance.md#what-is-kept-for-speed.
 """
 from __future__ import annotations
 

@@ -212,8 +212,7 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
     # arrive (in every `data_received`): under load a timer made, started and stopped per
     # request. Here the timer stays armed while requests come; when it fires it closes the
     # connection only if it has been idle for the whole timeout, and otherwise waits for the
-    # rest of it. (Removed once as under 3% of W1's instructions; restored for what it buys
-    # in throughput under wrk's 64 connections, bench/RESULTS.md 2026-12-06.)
+    # rest of it. (why it is kept: docs/performance.md#what-is-kept-for-speed)
     idle_since: float | None = None     # loop time the last response ended; None while busy
 
     def _unset_keepalive_if_required(self) -> None:

@@ -1,9 +1,7 @@
 """A request's cycle as `llmsim serve`'s protocol (llmsim.server.corking) makes it: uvicorn's, with
 less work per request as its head is parsed (the scope in one display, each distinct path
-parsed once, a body that has all arrived handed over without waiting on an event).
-
-Kept because bench/instructions.py shows it saves more than 3% of W1's and W2's instructions;
-history in bench/RESULTS.md."""
+parsed once, a body that has all arrived handed over without waiting on an event);
+why it is kept: docs/performance.md#what-is-kept-for-speed."""
 from __future__ import annotations
 
 import asyncio

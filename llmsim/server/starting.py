@@ -3,9 +3,8 @@
 Requests start in batches after the loop's next read of sockets (a burst is read, and
 stamped, before any is handled), and each runs at once until it first waits, then goes on
 in a task from where it stopped, in the same `contextvars` context (as Python 3.12's eager
-tasks). Only requests the app says may run so (`app.eager(scope)`) do. Kept because the eager
-start saves more than 3% of W1's and W2's instructions (docs/performance.md). One `Starter`
-per event loop. The story: docs/internals.md#serverstarting.
+tasks). Only requests the app says may run so (`app.eager(scope)`) do. One `Starter` per
+event loop; why it is kept: docs/performance.md#what-is-kept-for-speed. The story: docs/internals.md#serverstarting.
 """
 from __future__ import annotations
 

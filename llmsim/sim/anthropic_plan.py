@@ -2,32 +2,11 @@
 stop reason and usage, with due times.
 
 Shares the planning core with the OpenAI APIs (inputs, textgen, latency, reasoning rules,
-toolcalls). What is Anthropic's own:
-
-* input: `system`, and messages whose blocks are text, images, documents, tool uses, tool
-  results and thinking; thinking blocks of earlier turns are not counted (Anthropic strips
-  them), tool definitions are.
-* thinking (`thinking: {type: enabled, budget_tokens}`): as many tokens as the reasoning rules
-  give at THINKING_EFFORT for the visible output, at most the budget; they come first, are
-  counted inside `max_tokens` and `output_tokens`, and end with a signature.
-* stopping: `stop_sequences` (the text ends before the first one found: `stop_sequence`),
-  `max_tokens` (what is left after thinking), a tool use (`tool_use`), else `end_turn`.
-* prompt caching: `usage` counts input as the OpenAI APIs do (`input_tokens` all of it,
-  `cached_tokens` the part read from a cache); templates/anthropic.yaml reports Anthropic's
-  split (`input_tokens` = the rest). The prefix up to the last block with `cache_control`
-  (tools, then system, then messages), when it has at least MIN_CACHED tokens, is the plan's
-  `marked_tokens`: what is not read of it is written (`cache_creation_input_tokens`). What is
-  read the planner does not know: the caller sets `usage.cached_tokens` (from the serving
-  model's prefix cache when it is on for the model: any repeated prefix, in whole blocks,
-  llmsim.state.prefixcache; else the same cache's entry for the plan's `marked` prefix).
-* tools: `input_schema` is the function's parameters; `tool_choice` auto | any | tool | none,
-  `disable_parallel_tool_use`; a user turn holding tool results counts as a tool turn (so an
-  agent loop ends with text). Server tools (a `type` other than custom) are accepted, never used.
-* scripts (scenarios.Answer): a text block, tool_use blocks, or a refusal (stop_reason refusal).
-* message threads (`thread`, a beta): refused with Anthropic's `thread_unsupported_request`, on
-  which the SDKs' thread helpers and default tool runners resend the full conversation unthreaded.
-* structured outputs: `output_config.format` (or the beta's `output_format`) `json_schema`: the
-  text block is a value of the schema (llmsim.sim.structured); `output_config.effort` is accepted.
+toolcalls, llmsim.sim.steps); Anthropic's own input, thinking, stopping, prompt caching, tools,
+scripts, threads and structured outputs: docs/internals.md#simanthropic_plan. Invariants:
+`usage` counts input as the OpenAI APIs do (templates/anthropic.yaml reports Anthropic's
+split); thinking is counted inside `max_tokens` and `output_tokens`; what a cache read holds
+the caller sets (`usage.cached_tokens`), never the planner. Pure: same request, seed, same plan.
 """
 from __future__ import annotations
 

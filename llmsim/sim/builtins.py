@@ -1,22 +1,11 @@
 """Built-in tools of the Responses API (web_search, file_search, code_interpreter,
-image_generation, mcp): whether the model uses one, and what the use holds.
+image_generation, mcp): whether the model uses one (`choose`, beside toolcalls' function
+tools), and what the use holds.
 
-OpenAI runs these tools itself, so an answer that uses one holds the tool's item(s)
-first and then the message. The decision (`choose`), beside function tools
-(toolcalls.py):
-
-* `tool_choice: {"type": <built-in type>}` (`{"type": "mcp", "server_label": ...}` for
-  MCP)                                             -> that tool, which must be in `tools`;
-* `"required"`                                     -> one tool drawn from all the tools
-  offered; a built-in one is used here, a function goes to the function path;
-* `"auto"` (or no tool_choice)                     -> with probability
-  `tool_call_probability` one tool drawn from all the tools offered, as above;
-* `"none"`, a named function, `allowed_tools` naming no built-in type -> none.
-
-Everything is drawn from the request's rng (--seed fixes it). The items are plain data;
-their wire shapes are in templates/responses.yaml. The tool's work takes one draw of the
-profile's time to first token (plus a gap per token of code or arguments), after which
-the message's tokens follow.
+Invariants: an answer that uses one holds the tool's item(s) first, then the message; items
+are plain data (their wire shapes are in templates/responses.yaml); every draw comes from the
+request's rng (--seed fixes it). The decision table and timing:
+docs/internals.md#simbuiltins.
 """
 from __future__ import annotations
 

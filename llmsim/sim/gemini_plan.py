@@ -1,20 +1,11 @@
 """Plan one Gemini generateContent answer: candidates of text, thoughts or function calls.
 
-The request is read in camelCase (`camel_case` turns Google's other spelling, snake_case, into
-it). It shares the planning core of the OpenAI APIs: the same turns and token counts
-(inputs), text (textgen), latency, reasoning rules and tool calls (toolcalls). What is
-Gemini's own:
-
-* thinking: `generationConfig.thinkingConfig` picks the reasoning effort (`thinkingLevel`, or the
-  model's default); `thinkingBudget` caps the thought tokens (0 turns thinking off), and
-  thoughts spend `maxOutputTokens` first, as Gemini counts them in it. `includeThoughts` adds a
-  thought summary, streamed while the model thinks;
-* structured output: `responseMimeType: application/json` with `responseSchema` or
-  `responseJsonSchema`: the text is a value of the schema (llmsim.sim.structured);
-* function calls come whole (one part each, due when its last token is), never cut: a call that
-  does not fit `maxOutputTokens` is left out (finishReason MAX_TOKENS);
-* candidates are chat_plan.Choice objects (so faults and stats treat them as Chat's choices),
-  with their thought summary and calls as Gemini sends them.
+The request is read in camelCase (`camel_case` turns Google's snake_case spelling into it)
+and shares the planning core of the OpenAI APIs (inputs, textgen, latency, reasoning rules,
+toolcalls, llmsim.sim.steps). Invariants: thoughts spend `maxOutputTokens` first, as Gemini
+counts them in it; function calls come whole, never cut; candidates are chat_plan.Choice
+objects, so faults and stats treat them as Chat's choices. Gemini's own thinking, structured
+output and calls: docs/internals.md#simgemini_plan.
 """
 from __future__ import annotations
 

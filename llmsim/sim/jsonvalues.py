@@ -1,19 +1,11 @@
-"""A random JSON value that validates against a JSON Schema (a tool's `parameters`).
+"""A random JSON value that validates against a JSON Schema (a tool's `parameters`):
+`value(schema, rng)`.
 
-`value(schema, rng)` walks the schema: `type` (or a list of types), `enum`, `const`,
-objects (`properties`, `required`, `minProperties`), arrays (`items`, tuple items /
-`prefixItems`, `minItems`/`maxItems`, `uniqueItems`), numbers (`minimum`/`maximum`, both
-forms of `exclusive*`, `multipleOf`), strings (`minLength`/`maxLength`, `format`, a
-`pattern` sampled from the regex itself), `$ref` into the same schema (`#/$defs/...`,
-`#/definitions/...`), `allOf`, `anyOf`/`oneOf`, `nullable`. The value looks like what a
-model asked for that schema writes: required properties always present, optional ones too at
-the top and usually (PRESENT) below it, arrays usually non-empty, a non-null branch of an
-optional one; none below `depth` MAX_DEPTH, which also stops recursive schemas. Every choice
-comes from `rng`, so a seed fixes the value.
-
-Sizes are bounded whatever the schema asks (MAX_SIZE items, properties or characters,
-HARD_DEPTH levels of required nesting): beyond them a value may not validate, but a
-hostile schema cannot exhaust memory or the stack.
+It looks like what a model asked for that schema writes (required properties present, arrays
+usually non-empty). Invariants: every choice comes from `rng`, so a seed fixes the value;
+sizes are bounded whatever the schema asks (MAX_SIZE, MAX_DEPTH, HARD_DEPTH): beyond them a
+value may not validate, but a hostile schema cannot exhaust memory or the stack. The keywords
+it honours: docs/internals.md#simjsonvalues.
 """
 from __future__ import annotations
 

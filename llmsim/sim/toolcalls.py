@@ -1,23 +1,12 @@
-"""Tool calls, the same for both APIs: which functions may be called, whether the model
-calls them, and the calls themselves (arguments generated from each function's
-`parameters` JSON Schema by `jsonvalues`, from the request's rng, so --seed fixes them).
+"""Tool calls, the same for every API: which functions may be called, whether the model calls
+them (`choose`), and the calls themselves, arguments generated from each function's
+`parameters` JSON Schema by `jsonvalues`.
 
-Chat nests a function as `{type: function, function: {name, parameters}}`; Responses
-flattens it to `{type: function, name, parameters}`. `chat_request` / `responses_request`
-read either into one `ToolRequest`. The decision (`choose`):
-
-* no function tools, or `tool_choice: "none"`          -> answer in text;
-* a named function                                    -> exactly that function;
-* `allowed_tools`                                     -> only those; its `mode` as below;
-* `"required"`                                        -> at least one call;
-* `"auto"` (the default with tools)                   -> a call with probability
-  `tool_call_probability`, but text when the last message is a tool result (so an
-  agent loop ends with an answer);
-* how many: one, unless `parallel_tool_calls` is not false and several functions are
-  allowed: then 1..MAX_PARALLEL distinct functions, drawn from the rng.
-
-Built-in tools (web_search, file_search, code_interpreter, image_generation, mcp) are
-used as builtins.py decides; custom tools are accepted and echoed, never called.
+Chat's nested and Responses' flat function tools are read into one `ToolRequest`
+(`chat_request` / `responses_request`). Invariants: every draw comes from the request's rng,
+so --seed fixes the calls; a last message that is a tool result is answered in text under
+`auto` (an agent loop ends); custom tools are echoed, never called. The decision table:
+docs/internals.md#simtoolcalls.
 """
 from __future__ import annotations
 

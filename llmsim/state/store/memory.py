@@ -25,8 +25,7 @@ SWEEP_EVERY = 256
 def _owned(data: bytes) -> bytes:
     """A copy of exactly `data`: orjson's output keeps the whole buffer it was written in
     (often several times the response's size), which would stay allocated as long as the
-    entry. Formatting copies with fewer instructions than `memoryview(data).tobytes()`
-    (bench/instructions.py; bench/RESULTS.md)."""
+    entry (formatting, not `memoryview(data).tobytes()`: docs/performance.md#what-is-kept-for-speed)."""
     return b"%b" % data
 
 
