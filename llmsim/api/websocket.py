@@ -238,7 +238,7 @@ class Connection:
             call.extra = self           # (the connection: what the adapter's transport needs)
             await pipeline.run(call)
             if turn is not None:
-                turn.planned(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
+                turn.set_plan(call.plan, True, call.ticket.delay if call.ticket is not None else 0.0)
             await self.send(call)
         except BaseException as exc:
             if turn is not None:
