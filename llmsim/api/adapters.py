@@ -71,10 +71,6 @@ class Adapter:
         """The output cap a rate limit counts (None: the model's largest) and the choices."""
         return req.get("max_tokens"), 1
 
-    def known(self, call: Call) -> Any:
-        """What the request continues, when known without waiting (else None: `prior`)."""
-        return None
-
     async def prior(self, call: Call) -> Any:
         """What the request continues (for an adapter with `history`)."""
         return None
@@ -107,9 +103,6 @@ class Responses(Adapter):
     def deferred(self, req):
         return bool(req.get("background"))
 
-    def known(self, call):
-        return self.simulator.state.known_prior(call.req)
-
     async def prior(self, call):
         return await self.simulator.state.prior(call.req)
 
@@ -133,8 +126,7 @@ class Responses(Adapter):
         await answer.wait(simulator, plan, call.start, call.ticket)
         content = self.template.body_json(plan=plan, req=body)
         if store:                       # the store keeps these bytes
-            if not simulator.state.try_save_now(body, prior, own, content, plan):
-                await simulator.state.save(body, prior, own, content, plan=plan)
+            await simulator.state.save(body, prior, own, content, plan=plan)
             if prior.conversation:      # its items join the conversation
                 await simulator.state.add_to_conversation(body, prior, own, content)
         return transport.json_response(content)
@@ -312,9 +304,6 @@ class ResponsesSocket(Responses):
 
     def scriptable(self, call):
         return call.extra.generate          # (not a warm-up)
-
-    def known(self, call):
-        return [] if call.req.get("previous_response_id") is None else None
 
     async def prior(self, call):
         return await call.extra.history(call.req.get("previous_response_id"))

@@ -156,7 +156,7 @@ class Front:
                 if self.open > self.max_open:
                     raise self._too_many()
                 guard = self.guard
-                admitted = guard.admitted(scope, receive, headers) or await guard.admit(scope, receive, headers)
+                admitted = await guard.admit(scope, receive, headers)
                 if admitted is None:
                     return                  # the client left
                 scope, receive = admitted

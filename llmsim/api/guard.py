@@ -56,7 +56,7 @@ class Guard:
             if length is not None and length.isdigit() and int(length) > self.limit:
                 raise self._too_large(length.decode("latin-1"))
 
-    def admitted(self, scope, receive, headers: dict):
+    def _admitted(self, scope, receive, headers: dict):
         """`admit` when no body has to be read for it (one with a length, or none): (scope,
         receive) at once; None for a chunked body, which `admit` reads."""
         self.check(scope, headers)
@@ -69,7 +69,7 @@ class Guard:
         """(scope, receive) as the app should see them, or None when the client left while
         its chunked body was read; APIError (`check`'s, or the chunked body over the limit)
         when the request may not go on."""
-        admitted = self.admitted(scope, receive, headers)
+        admitted = self._admitted(scope, receive, headers)
         if admitted is not None:
             return admitted
         scope = _typed(scope, headers.get(b"content-type"))

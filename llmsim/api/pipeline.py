@@ -100,7 +100,7 @@ class Pipeline:
         script = None
         if adapter.scripts and (self.scripted or ctrl is not None or "metadata" in req) and \
                 self.scripts.wanted(req, ctrl) and adapter.scriptable(call):   # a scenario or a rule may script it
-            call.prior = (adapter.known(call) or await adapter.prior(call)) if adapter.history else None
+            call.prior = await adapter.prior(call) if adapter.history else None
             fault, script = await self.scripts.begin(adapter.name, req, ctrl, adapter.turns(call))
         else:
             fault = simulator.faults.begin(adapter.name, req, ctrl)
@@ -108,7 +108,7 @@ class Pipeline:
             fault = await fault.wait()
         call.fault = fault
         if adapter.history and call.prior is None:     # what it continues (none: known at once)
-            call.prior = adapter.known(call) or await adapter.prior(call)
+            call.prior = await adapter.prior(call)
         ctx = call.ctx = adapter.context(req, ctrl)
         faulted = fault.fault is not None
         if faulted:                     # a content fault changes what is said
@@ -147,7 +147,4 @@ class Pipeline:
         cost = plan.usage.input_tokens
         if adapter.generates:
             cost += (max_output if max_output is not None else model.max_output_tokens) * choices
-        limiter = self.limiter
-        if limiter.waits:
-            return await limiter.take(api_key(call.headers), model.id, cost, adapter.provider)
-        return limiter.take_now(api_key(call.headers), model.id, cost, adapter.provider)
+        return await self.limiter.take(api_key(call.headers), model.id, cost, adapter.provider)

@@ -66,6 +66,17 @@ Record = tuple
 _NOTHING: dict = {}
 
 
+def _field(req: dict, keys, paths):
+    """The first of a request's fields that is set: by top-level `keys` (read straight), else by `paths`."""
+    if keys is None:
+        return _first(req, paths)
+    for key in keys:
+        value = req.get(key)
+        if value is not None:
+            return value
+    return None
+
+
 def _first(body, paths):
     """The value at the first of `paths` (each a tuple of keys) the body has."""
     for path in paths:
@@ -96,21 +107,8 @@ def record_maker(api: Api):
             req = plan.req or _NOTHING
         except AttributeError:
             req = _NOTHING
-        max_tokens = temperature = None
-        if max_tokens_keys is None:
-            max_tokens = _first(req, max_tokens_paths)
-        else:
-            for key in max_tokens_keys:
-                max_tokens = req.get(key)
-                if max_tokens is not None:
-                    break
-        if temperature_keys is None:
-            temperature = _first(req, temperature_paths)
-        else:
-            for key in temperature_keys:
-                temperature = req.get(key)
-                if temperature is not None:
-                    break
+        max_tokens = _field(req, max_tokens_keys, max_tokens_paths)
+        temperature = _field(req, temperature_keys, temperature_paths)
         if type(max_tokens) is not int:
             max_tokens = None
         if temperature is not None:

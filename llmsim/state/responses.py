@@ -94,14 +94,6 @@ class ResponseState:
         return orjson.loads(self.shapes.body_json(shape=shape, **values))
 
     # ---- what a request continues -------------------------------------------------------
-    def known_prior(self, body: dict) -> Prior | None:
-        """`prior` without awaiting, for a request that continues nothing (most: no store
-        read, no coroutine); None when `prior` must read the store."""
-        if body.get("previous_response_id") or body.get("conversation"):
-            return None
-        _check_background(body)
-        return NO_PRIOR
-
     async def prior(self, body: dict) -> Prior:
         """Resolve `previous_response_id` / `conversation`; an error when either names nothing
         (400 `previous_response_not_found`, as OpenAI answers; 404 for a conversation)."""
@@ -126,7 +118,7 @@ class ResponseState:
             if items is None:
                 raise conversation_not_found(conversation, "conversation")
             return Prior(items, "conversation", conversation)
-        return Prior()
+        return NO_PRIOR
 
     async def history(self, response_id: str) -> list[dict] | None:
         """The store hook: what a follow-up to `response_id` continues (the items it answered,
@@ -171,6 +163,9 @@ class ResponseState:
             return
         answered = _answered(prior, own)
         background = bool(body.get("background"))
+        if snapshot.__class__ is bytes and self._put_json is not None:    # a store that keeps it at once
+            self._put_json(plan.id, snapshot, plan.status, answered, background, prior.conversation)
+            return
         if snapshot.__class__ is bytes:
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
                                     response_json=snapshot, status=plan.status)
@@ -182,16 +177,6 @@ class ResponseState:
             record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation,
                                     owner=owner)
         await self.store.put_response(record, frames)
-
-    def try_save_now(self, body: dict, prior: Prior, own: list[dict], snapshot: bytes, plan) -> bool:
-        """`save` of the JSON a handler wrote from `plan`, done at once by a store that can
-        (the memory store: no record, no coroutine); False when `save` must do it."""
-        put = self._put_json
-        if put is None:
-            return False
-        put(plan.id, snapshot, plan.status, _answered(prior, own), bool(body.get("background")),
-            prior.conversation)
-        return True
 
     async def add_to_conversation(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
