@@ -140,9 +140,8 @@ class Front:
         ex = observer.begin(scope, path, headers)
         if self.claim is not None and self.claims.get(path) != ():
             scope = self.claim(scope, headers)
-        if self.body_timeout is not None and (b"content-length" in headers or b"transfer-encoding" in headers) \
-                and not (self.tuned and body_arrived(scope)):     # (`_bounded`, inline)
-            receive = BodyDeadline(receive, self.body_timeout)
+        if self.body_timeout is not None:
+            receive = self._bounded(scope, receive, headers)
         closing = False                 # the answer closes the connection (no tuned one-write answer)
         self.open += 1
 

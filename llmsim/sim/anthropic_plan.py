@@ -231,7 +231,7 @@ def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = N
     if body.get("thread") is not None:
         raise ThreadUnsupportedError("This server does not keep message threads: send the full conversation "
                                      "without `thread`.", param="thread")
-    model, rng, s = ctx.model, ctx.rng, ctx.settings
+    model, rng = ctx.model, ctx.rng
     enc = model.encoding
     conversation = turns(body)
     if history:
@@ -250,19 +250,12 @@ def plan_message(body: dict, ctx: Context, history: list[inputs.Turn] | None = N
     budget = _thinking_budget(body, cap)
     messages = body["messages"]
     tool_req = tool_request(body) if body.get("tools") or body.get("tool_choice") else None
-    names = (toolcalls.choose(tool_req, rng, s.tool_call_probability, _last_role(messages))
-             if tool_req and script is None else None)
+    names, calls, text = steps.said(ctx, tool_req, _last_role(messages), conversation,
+                                    structured.anthropic_schema(body) if script is None else None, script)
     stop_sequence = None
-    if script is not None and script.calls:
-        names = [name for name, _ in script.calls]
-        calls = steps.script_calls(script, ctx)
-        wanted = sum(c.tokens for c in calls)
-    elif names:
-        calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
+    if names:
         wanted = sum(c.tokens for c in calls)
     else:
-        text = steps.visible_text(ctx, conversation, None, structured.anthropic_schema(body)) if script is None \
-             else steps.scripted_text(script, None, enc)
         if body.get("stop_sequences"):
             text, stop_sequence = textgen.stopped(text, body["stop_sequences"], enc)
         wanted = text.tokens

@@ -222,17 +222,10 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
     `script`: what the choice says instead (llmsim.sim.scenarios.Answer); `sampling`: vLLM's
     answer-changing parameters (--compat vllm)."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
-    names = toolcalls.choose(tool_req, rng, s.tool_call_probability, last_role) if tool_req and script is None else None
-    if script is not None and script.calls:
-        names = [name for name, _ in script.calls]
-        calls = steps.script_calls(script, ctx)
-        wanted = sum(c.tokens for c in calls)
-    elif names:
-        calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
+    names, calls, text = steps.said(ctx, tool_req, last_role, turns, schema, script)
+    if names:
         wanted = sum(c.tokens for c in calls)
     else:
-        text = (steps.visible_text(ctx, turns, None, schema) if script is None
-                else steps.scripted_text(script, None, enc))
         if sampling is not None and schema is None:     # (JSON that fits a schema is never lengthened)
             text = vllm.shape(text, sampling, stops, cap, enc)
         elif stops:

@@ -239,18 +239,10 @@ def _candidate(index: int, ctx: Context, conversation: list, cap: int | None, ef
                schema: dict | None = None) -> tuple[Candidate, float]:
     """One candidate and its time to first token: the answer first, then the thinking that led to it."""
     rng, enc = ctx.rng, ctx.model.encoding
-    names = (toolcalls.choose(tool_req, rng, ctx.settings.tool_call_probability, last_role)
-             if tool_req and script is None else None)
-    if script is not None and script.calls:
-        names = [name for name, _ in script.calls]
-        calls = steps.script_calls(script, ctx)
-        wanted = sum(c.tokens for c in calls)
-    elif names:
-        calls = toolcalls.make_calls(names, tool_req, rng, enc, ctx.ids)
+    names, calls, text = steps.said(ctx, tool_req, last_role, conversation, schema, script)
+    if names:
         wanted = sum(c.tokens for c in calls)
     else:
-        text = (steps.visible_text(ctx, conversation, None, schema) if script is None
-                else steps.scripted_text(script, None, enc))
         if stops:
             text = steps.stop(text, stops, enc)
         wanted = text.tokens

@@ -76,6 +76,22 @@ def effort(ctx: Context, wanted: str | None, param: str) -> str | None:
     return ctx.rules.effort(model, wanted, param, ctx.settings.compat) if model.reasons else None
 
 
+def said(ctx: Context, tool_req: toolcalls.ToolRequest | None, last_role: str | None,
+         turns: list[inputs.Turn], schema: dict | None, script: Answer | None):
+    """What one answer says, before stops and caps: (names, calls, text), `names` the functions
+    called (a script's, or drawn when the request names tools), else `text` (generated to fit
+    `schema`, or the script's)."""
+    enc = ctx.model.encoding
+    if script is not None and script.calls:
+        return [name for name, _ in script.calls], script_calls(script, ctx), None
+    names = (toolcalls.choose(tool_req, ctx.rng, ctx.settings.tool_call_probability, last_role)
+             if tool_req and script is None else None)
+    if names:
+        return names, toolcalls.make_calls(names, tool_req, ctx.rng, enc, ctx.ids), None
+    text = visible_text(ctx, turns, None, schema) if script is None else scripted_text(script, None, enc)
+    return None, None, text
+
+
 def script_calls(script: Answer | None, ctx: Context) -> list[toolcalls.FunctionCall] | None:
     """A script's function calls (None: the script says text, or there is no script)."""
     if script is None or not script.calls:
