@@ -128,9 +128,11 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
         self.on_lost: Callable[[], None] | None = None     # see llmsim.server.connection.watch_disconnect
-        self.server_lines: tuple[list, bytes] = ([], b"")    # see llmsim.server.connection.responder
+        self.server_lines: tuple[list, bytes] = ([], b"")    # see llmsim.server.connection.respond
         self.starter = for_loop(Starter, self.loop)
         self.eager = getattr(self.app, "eager", None)
+        body_timeout = getattr(self.app, "body_timeout_s", None)     # (llmsim.server.requestcycle)
+        self.body_due = None if body_timeout is None else (body_timeout, self.app.body_late)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
     # -- a request's head: uvicorn's, in fewer steps -------------------------------------------
@@ -171,7 +173,7 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
         self.cycle = Cycle(scope, self.transport, self.flow, self.server_state.default_headers,
                            self.access_log, self.expect_100_continue,
                            http_version != "1.0" and parser.should_keep_alive(),
-                           self.on_response_complete)
+                           self.on_response_complete, self.body_due)
         if existing is None or existing.response_complete:
             self._start_asgi_task(self.cycle, app)
         else:                                   # pipelined: started when the one before ends

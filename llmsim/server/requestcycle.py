@@ -1,25 +1,38 @@
 """A request's cycle as `llmsim serve`'s protocol (llmsim.server.corking) makes it: uvicorn's, with
 less work per request as its head is parsed (the scope in one display, each distinct path
 parsed once, a body that has all arrived handed over without waiting on an event);
-why it is kept: docs/performance.md#what-is-kept-for-speed."""
+why it is kept: docs/performance.md#what-is-kept-for-speed.
+
+A body still arriving is waited for only until the app's body deadline (`body_timeout_s`, from
+the request's arrival): then `receive` raises the app's own error for it (llmsim.api.deadline,
+`--server plain`'s `BodyDeadline`), so a body that has all arrived costs no deadline at all."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import urllib.parse
 from typing import Callable
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+from llmsim.server.context import RECEIVED_AT
+
 
 class Cycle(RequestResponseCycle):
     """uvicorn's request cycle, made without keyword arguments, whose `receive` hands over a
-    body that has all arrived without waiting for the event that says so."""
+    body that has all arrived without waiting for the event that says so, and waits for one
+    still arriving only until `body_due` (timeout, error): (seconds, the app's exception for
+    a late body, given them); None: for as long as it takes."""
+    body_timer: asyncio.TimerHandle | None = None    # armed by the first wait for the body
+    body_late = False                                # the deadline passed with the body incomplete
 
     def __init__(self, scope, transport, flow, default_headers, access_log: bool,
-                 expect_100_continue: bool, keep_alive: bool, on_response: Callable[[], None]):
+                 expect_100_continue: bool, keep_alive: bool, on_response: Callable[[], None],
+                 body_due: tuple[float, Callable[[float], Exception]] | None):
         self.scope = scope
+        self.body_due = body_due
         self.transport = transport
         self.flow = flow
         self.logger = LOGGER
@@ -42,6 +55,8 @@ class Cycle(RequestResponseCycle):
     async def receive(self):
         if self.more_body or self.delivered or self.waiting_for_100_continue or self.disconnected \
                 or self.response_complete:
+            if self.body_due is not None and self.more_body:
+                return await self._receive_in_time()
             return await RequestResponseCycle.receive(self)
         self.delivered = True           # a later call waits for the client to leave
         if self.flow.read_paused:
@@ -49,6 +64,27 @@ class Cycle(RequestResponseCycle):
         self.message_event.clear()
         body, self.body = self.body, bytearray()
         return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+    async def _receive_in_time(self):
+        """uvicorn's `receive`, raising the app's error for a late body once `body_due` has
+        passed since the request arrived with the body still incomplete."""
+        timeout, late = self.body_due
+        if self.body_late:
+            raise late(timeout)
+        if self.body_timer is None:
+            due = self.scope["extensions"][RECEIVED_AT] + timeout - time.monotonic()
+            self.body_timer = asyncio.get_running_loop().call_later(due, self._body_expired)
+        message = await RequestResponseCycle.receive(self)
+        if self.body_late and message.get("more_body"):
+            raise late(timeout)
+        if not message.get("more_body"):
+            self.body_timer.cancel()
+        return message
+
+    def _body_expired(self) -> None:
+        if self.more_body and not (self.disconnected or self.response_complete):
+            self.body_late = True
+            self.message_event.set()        # wakes the wait in `receive`
 
 
 LOGGER = logging.getLogger("uvicorn.error")
