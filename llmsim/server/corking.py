@@ -134,6 +134,10 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
         body_timeout = getattr(self.app, "body_timeout_s", None)     # (llmsim.server.requestcycle)
         self.body_due = None if body_timeout is None else (body_timeout, self.app.body_late)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+        # what every request's scope on this connection starts with (uvicorn's keys, in its order)
+        self.scope_base = {"type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+                           "http_version": "1.1", "server": self.server, "client": self.client,
+                           "scheme": self.scheme, "root_path": self.root_path}
 
     # -- a request's head: uvicorn's, in fewer steps -------------------------------------------
     # What uvicorn does as a request's head is parsed, with the same scope and cycle, but its
@@ -145,12 +149,9 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
-        self.scope = {  # type: ignore[typeddict-item]
-            "type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
-            "http_version": "1.1", "server": self.server, "client": self.client,
-            "scheme": self.scheme, "root_path": self.root_path, "headers": self.headers,
-            "state": self.app_state.copy(),
-            "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref, HOOKS: HOOKED}}
+        self.scope = {**self.scope_base, "headers": self.headers,  # type: ignore[typeddict-item]
+                      "state": self.app_state.copy(),
+                      "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref, HOOKS: HOOKED}}
 
     def on_headers_complete(self) -> None:
         if self.head_timer is not None:     # the connection's first head (llmsim.server.deadlines)

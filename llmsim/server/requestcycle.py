@@ -27,6 +27,17 @@ class Cycle(RequestResponseCycle):
     a late body, given them); None: for as long as it takes."""
     body_timer: asyncio.TimerHandle | None = None    # armed by the first wait for the body
     body_late = False                                # the deadline passed with the body incomplete
+    # uvicorn's initial values, as class attributes: not set again for every request
+    # (docs/performance.md#what-is-kept-for-speed, the request cycle)
+    logger = logging.getLogger("uvicorn.error")
+    access_logger = logging.getLogger("uvicorn.access")
+    disconnected = False
+    more_body = True
+    response_started = False
+    response_complete = False
+    chunked_encoding: bool | None = None
+    expected_content_length = 0
+    delivered = False           # the whole body was handed over at once
 
     def __init__(self, scope, transport, flow, default_headers, access_log: bool,
                  expect_100_continue: bool, keep_alive: bool, on_response: Callable[[], None],
@@ -35,22 +46,13 @@ class Cycle(RequestResponseCycle):
         self.body_due = body_due
         self.transport = transport
         self.flow = flow
-        self.logger = LOGGER
-        self.access_logger = ACCESS_LOGGER
         self.access_log = access_log
         self.default_headers = default_headers
         self.message_event = asyncio.Event()
         self.on_response = on_response
-        self.disconnected = False
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = expect_100_continue
         self.body = bytearray()
-        self.more_body = True
-        self.response_started = False
-        self.response_complete = False
-        self.chunked_encoding = None
-        self.expected_content_length = 0
-        self.delivered = False
 
     async def receive(self):
         if self.more_body or self.delivered or self.waiting_for_100_continue or self.disconnected \
@@ -87,8 +89,6 @@ class Cycle(RequestResponseCycle):
             self.message_event.set()        # wakes the wait in `receive`
 
 
-LOGGER = logging.getLogger("uvicorn.error")
-ACCESS_LOGGER = logging.getLogger("uvicorn.access")
 METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")}
 _TARGETS: dict[bytes, tuple[str, bytes, bytes]] = {}
 MAX_TARGETS = 1024
