@@ -83,7 +83,8 @@ class Front:
         self.body_late = late           # (seconds): the error of a body late past them
         self.bounded = self.body_timeout_s is not None and not tuned
         self.max_open = simulator.settings.max_connections or INFINITE
-        self.open = 0       # requests in flight (API and llmsim's own) and WebSockets open
+        self.limited = simulator.settings.max_connections is not None     # unset: nothing counted
+        self.open = 0       # (limited) requests in flight (API and llmsim's own) and WebSockets open
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
@@ -146,10 +147,12 @@ class Front:
         if self.bounded:
             receive = self._bounded(receive, headers)
         closing = False                 # the answer closes the connection (no tuned one-write answer)
-        self.open += 1
+        limited = self.limited
+        if limited:
+            self.open += 1
         try:
             try:
-                if self.open > self.max_open:
+                if limited and self.open > self.max_open:
                     raise self._too_many()
                 admitted = self.guard.admitted(scope, headers)
                 if admitted is not None:
@@ -176,7 +179,8 @@ class Front:
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-type", JSON), (b"content-length", b"1024")]})
         finally:
-            self.open -= 1
+            if limited:
+                self.open -= 1
             observer.end(ex)
 
     def _observed(self, send, ex):
@@ -207,7 +211,9 @@ class Front:
         """llmsim's own routes: counted among the open connections, never refused for them
         (an operator can still look at a full server)."""
         headers = dict(scope["headers"])
-        self.open += 1
+        limited = self.limited
+        if limited:
+            self.open += 1
         try:
             try:
                 admitted = await self.guard.admit(scope, self._bounded(receive, headers), headers)
@@ -217,7 +223,8 @@ class Front:
             if admitted is not None:
                 await self.app(*admitted, send)
         finally:
-            self.open -= 1
+            if limited:
+                self.open -= 1
 
     async def _websocket(self, scope, receive, send) -> None:
         try:

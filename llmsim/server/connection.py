@@ -17,12 +17,13 @@ HOOKS = "llmsim.connection"     # scope["extensions"] key: `Hooks` (llmsim.pacin
 
 
 def _serving(scope):
-    """The protocol and request cycle serving `scope` (None, None: not llmsim.server.corking's)."""
-    extensions = scope.get("extensions")
-    ref = extensions.get(PROTOCOL) if extensions else None
-    protocol = ref() if ref is not None else None
-    cycle = getattr(protocol, "cycle", None)
-    if cycle is None or cycle.scope.get("extensions") is not extensions:
+    """The protocol and request cycle serving `scope` (None, None: the request has ended).
+    Called through `Hooks`, which only the protocol puts in a scope's extensions, beside its
+    reference."""
+    extensions = scope["extensions"]
+    protocol = extensions[PROTOCOL]()
+    cycle = protocol.cycle if protocol is not None else None
+    if cycle is None or cycle.scope["extensions"] is not extensions:
         return None, None
     return protocol, cycle
 
