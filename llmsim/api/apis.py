@@ -73,6 +73,9 @@ class Apis:
     def __init__(self, documents: list[Document]):
         self.documents = documents
         self.claims: dict[str, tuple] = {}      # path -> its `_claims_of` (empty: no document claims it)
+        # path -> the headers that may move it, for a path only a header moves (llmsim.api.front
+        # calls `claim` only when one is sent, or the path is not known here yet)
+        self.heads: dict[str, frozenset[bytes]] = {}
 
     @classmethod
     def load(cls, directory: Path, main: Path) -> "Apis":
@@ -109,6 +112,8 @@ class Apis:
             claims = self._claims_of(path)
             if len(self.claims) < MAX_PATHS:
                 self.claims[path] = claims
+                if all(header is not None for header, _ in claims):
+                    self.heads[path] = frozenset(header for header, _ in claims)
         for header, moved in claims:
             if header is None or header in headers:
                 return {**scope, "path": moved, "raw_path": moved.encode()}

@@ -6,12 +6,21 @@ and the memory of what it has sent, for as long as it likes. Wrapped in a `BodyD
 `body_timeout_s` has passed since the request began with the body still incomplete: the
 client gets 408 in the provider's envelope, and `connection: close` ends the connection.
 A body that has already arrived (the usual case) is handed over without a timer or a task.
+The tuned server keeps the same deadline in its own request cycle (llmsim.server.requestcycle,
+raising `late`'s error), so only `--server plain` wraps `receive` here.
 """
 from __future__ import annotations
 
 import asyncio
 
 from llmsim.errors import RequestTimeoutError
+
+
+def late(timeout: float) -> RequestTimeoutError:
+    """The error of a body not all arrived `timeout` seconds after its request began."""
+    return RequestTimeoutError(
+        f"The request body did not all arrive within {timeout:g} seconds of the request's "
+        "start (setting body_timeout_s).")
 
 
 class BodyDeadline:
@@ -47,9 +56,7 @@ class BodyDeadline:
         except asyncio.CancelledError:
             if not rest.expired:
                 raise
-            raise RequestTimeoutError(
-                f"The request body did not all arrive within {self.timeout:g} seconds of the request's "
-                "start (setting body_timeout_s).") from None
+            raise late(self.timeout) from None
         finally:
             timer.cancel()
 

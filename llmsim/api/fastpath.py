@@ -22,7 +22,7 @@ from llmsim.api.validation import (check, check_depth, compile_schema, json_body
 from llmsim.server.context import RECEIVED_AT, enter
 from llmsim.server.documents import resolved
 
-JSON = "application/json"
+JSON = b"application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +50,12 @@ class Operation:
         if len(raw) <= MAX_VALID_SIZE and len(self.valid) < MAX_VALID:
             self.valid.add(raw)
 
-    async def call(self, scope: Scope, receive: Receive):
-        """Read, parse and validate the JSON body of a request for this operation, then run
-        its handler: what the handler returns (a response). Raises APIError for a body it
-        refuses."""
-        content_type = _content_type(scope)     # as llmsim.api.guard spells JSON
-        if content_type != JSON and content_type.split(";", 1)[0] != JSON:
-            raise unsupported_media_type(content_type)
+    async def call(self, scope: Scope, receive: Receive, content_type: bytes | None):
+        """Read, parse and validate the JSON body of a request for this operation (sent with
+        `content_type`, its header as received; None: none, read as JSON), then run its
+        handler: what the handler returns (a response). Raises APIError for a body it refuses."""
+        if content_type is not None and content_type != JSON and not _is_json(content_type):
+            raise unsupported_media_type(content_type.decode("latin-1"))
         message = await receive()       # (the whole body, mostly: read_body for the rest)
         raw = message.get("body", b"") if message["type"] == "http.request" and not message.get("more_body") \
             else await read_body(receive, message)
@@ -114,9 +113,7 @@ def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> 
     return ops
 
 
-def _content_type(scope: Scope) -> str:
-    """The request's first content-type header (as starlette's Headers.get reads it)."""
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            return value.decode("latin-1")
-    return "application/json"
+def _is_json(content_type: bytes) -> bool:
+    """Whether a content type reads as JSON: `application/json`, in any case and spacing, with
+    any parameters (as llmsim.api.guard passes it to connexion)."""
+    return content_type.partition(b";")[0].strip().lower() == JSON

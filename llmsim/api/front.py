@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Callable
 
 from starlette.responses import Response
 
-from llmsim.api.deadline import BodyDeadline
+from llmsim.api.deadline import BodyDeadline, late
 from llmsim.api.guard import JSON, Access, Guard, refuse_websocket
 from llmsim.errors import APIError, ConnectionDrop, ServerError, ServiceUnavailableError
 from llmsim.observe.observer import Observer
 from llmsim.observe.requestlog import redact_credentials
 from llmsim.pacing.transport import SSEResponse
 from llmsim.server.collector import Collector
-from llmsim.server.connection import body_arrived, responder
+from llmsim.server.connection import respond
 
 if TYPE_CHECKING:   # types only: `--server plain` never imports the fast lane
     from llmsim.api.apis import Apis
@@ -62,9 +62,10 @@ class Front:
         self.tuned = tuned                      # `llmsim serve`'s own protocol may be writing
         self.websockets = websockets            # the Responses WebSocket router
         self.render_error = render_error        # (error, path): in the envelope of path's API
-        # other providers' documents (llmsim.api.apis): one moves a request it claims under its own base path
+        # other providers' documents (llmsim.api.apis): one moves a request it claims under its own
+        # base path; `claim` is called only for a path not known yet or a header that may move it
         self.claim = apis.claim if apis is not None and apis.documents else None
-        self.claims = apis.claims if self.claim is not None else None       # (a path no document claims: ())
+        self.heads = apis.heads if self.claim is not None else None     # path -> the headers that move it
         self.eager_ok = not simulator.store.needs_task
         self.webhooks = simulator.state.webhooks
         self.jobs = simulator.state.jobs                # keeps this process's lease on background responses
@@ -75,20 +76,21 @@ class Front:
         self.live = simulator.live                    # settings changed at runtime (llmsim.state.liveconfig)
         self.graceful_timeout = simulator.settings.graceful_timeout_s
         self.drain = simulator.drain                  # the app's shutdown, and its paced streams
-        self.body_timeout = simulator.settings.body_timeout_s
-        self.header_timeout_s = simulator.settings.header_timeout_s     # read by llmsim.server.deadlines
+        # the request deadlines the tuned server keeps (llmsim.server.deadlines, .requestcycle);
+        # on `--server plain` the body's is kept here (`_bounded`)
+        self.header_timeout_s = simulator.settings.header_timeout_s
+        self.body_timeout_s = simulator.settings.body_timeout_s
+        self.body_late = late           # (seconds): the error of a body late past them
+        self.bounded = self.body_timeout_s is not None and not tuned
         self.max_open = simulator.settings.max_connections or INFINITE
-        self.open = 0       # requests in flight (API and llmsim's own) and WebSockets open
+        self.limited = simulator.settings.max_connections is not None     # unset: nothing counted
+        self.open = 0       # (limited) requests in flight (API and llmsim's own) and WebSockets open
 
     def eager(self, scope) -> bool:
         """Whether the request may start before it has a task of its own (llmsim.server.starting):
         the operations served here, whose code never asks for its task, unless the store
         they may call does (`Store.needs_task`: Redis)."""
-        return self.eager_ok and self._operation(scope) is not None
-
-    def _operation(self, scope) -> Operation | None:
-        """The JSON operation served here for this request, if it is one."""
-        return self.operations.get(scope["path"]) if scope["method"] == "POST" else None
+        return self.eager_ok and scope["method"] == "POST" and scope["path"] in self.operations
 
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
@@ -126,41 +128,42 @@ class Front:
         error.headers["connection"] = "close"
         return error
 
-    def _bounded(self, scope, receive, headers: dict):
-        """`receive`, its body due within `body_timeout` seconds (llmsim.api.deadline); as it
-        is when there is no body, or (tuned server) it has all arrived already."""
-        if self.body_timeout is None or (b"content-length" not in headers and b"transfer-encoding" not in headers) \
-                or (self.tuned and body_arrived(scope)):
+    def _bounded(self, receive, headers: dict):
+        """`receive`, its body due within `body_timeout_s` seconds (llmsim.api.deadline); as it
+        is when there is no body, or on the tuned server (which keeps the deadline itself)."""
+        if not self.bounded or (b"content-length" not in headers and b"transfer-encoding" not in headers):
             return receive
-        return BodyDeadline(receive, self.body_timeout)
+        return BodyDeadline(receive, self.body_timeout_s)
 
     async def _api(self, scope, receive, send, path: str) -> None:
         observer = self.observer
         headers = dict(scope["headers"])
         ex = observer.begin(scope, path, headers)
-        if self.claim is not None and self.claims.get(path) != ():
-            scope = self.claim(scope, headers)
-        if self.body_timeout is not None:
-            receive = self._bounded(scope, receive, headers)
+        heads = self.heads
+        if heads is not None:
+            moving = heads.get(path)
+            if moving is None or not moving.isdisjoint(headers):
+                scope = self.claim(scope, headers)
+        if self.bounded:
+            receive = self._bounded(receive, headers)
         closing = False                 # the answer closes the connection (no tuned one-write answer)
-        self.open += 1
-
-        def observed_send(message):     # returns send's awaitable: no coroutine of its own
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()),
-                                      *observer.headers(ex, message["status"])]
-            return send(message)
+        limited = self.limited
+        if limited:
+            self.open += 1
         try:
             try:
-                if self.open > self.max_open:
+                if limited and self.open > self.max_open:
                     raise self._too_many()
-                guard = self.guard
-                admitted = await guard.admit(scope, receive, headers)
-                if admitted is None:
-                    return                  # the client left
-                scope, receive = admitted
-                op = self._operation(scope)
-                response = None if op is None else await op.call(scope, receive)
+                admitted = self.guard.admitted(scope, headers)
+                if admitted is not None:
+                    scope = admitted
+                else:                       # a chunked body, read first
+                    admitted = await self.guard.admit_chunked(scope, receive, headers)
+                    if admitted is None:
+                        return              # the client left
+                    scope, receive = admitted
+                op = self.operations.get(scope["path"]) if scope["method"] == "POST" else None  # fast lane
+                response = None if op is None else await op.call(scope, receive, headers.get(b"content-type"))
             except APIError as exc:
                 response = self.render_error(exc, scope["path"])
                 closing = "connection" in exc.headers
@@ -168,46 +171,60 @@ class Front:
                 log.exception("unexpected error on %s %s", scope["method"], path)
                 response = self.render_error(ServerError.unexpected(), scope["path"])
             if response is None:
-                await self.app(scope, receive, observed_send)
+                await self.app(scope, receive, self._observed(send, ex))
             elif closing or not (self.tuned and self._try_respond(scope, response, ex)):
-                await response(scope, receive, observed_send)
+                await response(scope, receive, self._observed(send, ex))
         except ConnectionDrop:
             if not ex.status:       # headers promising a body that never comes
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-type", JSON), (b"content-length", b"1024")]})
         finally:
-            self.open -= 1
+            if limited:
+                self.open -= 1
             observer.end(ex)
+
+    def _observed(self, send, ex):
+        """`send`, adding the observer's headers to the response's start."""
+        observer = self.observer
+
+        def observed_send(message):     # returns send's awaitable: no coroutine of its own
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()),
+                                      *observer.headers(ex, message["status"])]
+            return send(message)
+        return observed_send
 
     def _try_respond(self, scope, response: Response, ex) -> bool:
         """Whether `response` went to the client here: its head, and a JSON answer whole, in
-        one write where the connection allows (llmsim.server.connection.responder). If not, the
+        one write where the connection allows (llmsim.server.connection.respond). If not, the
         caller sends it (an SSE response: its body, after the head written here)."""
-        respond = responder(scope) if scope["method"] != "HEAD" else None
-        if respond is not None and response.background is None:
-            status = response.status_code
-            headers = [*response.raw_headers, *self.observer.headers(ex, status)]
-            if isinstance(response, SSEResponse):
-                response.head_written = respond(status, headers, None)
-            elif respond(status, headers, response.body):
-                return True
-        return False
+        if response.background is not None or scope["method"] == "HEAD":
+            return False
+        status = response.status_code
+        headers = [*response.raw_headers, *self.observer.headers(ex, status)]
+        if isinstance(response, SSEResponse):
+            response.head_written = respond(scope, status, headers, None)
+            return False
+        return respond(scope, status, headers, response.body)
 
     async def _admin(self, scope, receive, send) -> None:
         """llmsim's own routes: counted among the open connections, never refused for them
         (an operator can still look at a full server)."""
         headers = dict(scope["headers"])
-        self.open += 1
+        limited = self.limited
+        if limited:
+            self.open += 1
         try:
             try:
-                admitted = await self.guard.admit(scope, self._bounded(scope, receive, headers), headers)
+                admitted = await self.guard.admit(scope, self._bounded(receive, headers), headers)
             except APIError as exc:
                 await self.render_error(exc)(scope, receive, send)
                 return
             if admitted is not None:
                 await self.app(*admitted, send)
         finally:
-            self.open -= 1
+            if limited:
+                self.open -= 1
 
     async def _websocket(self, scope, receive, send) -> None:
         try:

@@ -44,36 +44,41 @@ class Guard:
 
     def check(self, scope, headers: dict) -> None:
         """Raise APIError when the request (`headers`: its headers as a dict) may not go on."""
-        path = scope["path"]
-        if self.locked and self.admin(path):
-            self._check_admin(path, scope.get("method", "GET"), headers)
-        elif self.keys and self._protected(path):
-            others = self._other_keys(scope, headers)
-            if not self._authorized(headers, self.keys, others):
-                raise _auth_error(headers, others, self._document(scope))
+        if self.locked:
+            self._check_keys(scope, headers)
         if scope["type"] == "http":
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.limit:
                 raise self._too_large(length.decode("latin-1"))
 
-    def _admitted(self, scope, receive, headers: dict):
-        """`admit` when no body has to be read for it (one with a length, or none): (scope,
-        receive) at once; None for a chunked body, which `admit` reads."""
-        self.check(scope, headers)
-        if b"content-length" not in headers and b"transfer-encoding" in headers:
-            return None
+    def admitted(self, scope, headers: dict):
+        """The request's scope as the app should see it, when no body has to be read for it
+        (one with a length, or none: `check`, for an HTTP request, in one step); None for a
+        chunked body, which `admit_chunked` reads. Raises `check`'s APIError."""
+        if self.locked:
+            self._check_keys(scope, headers)
+        length = headers.get(b"content-length")
+        if length is None:
+            if b"transfer-encoding" in headers:
+                return None
+        elif length.isdigit() and int(length) > self.limit:
+            raise self._too_large(length.decode("latin-1"))
         content_type = headers.get(b"content-type")
-        return (scope if content_type == JSON else _typed(scope, content_type)), receive
+        return scope if content_type == JSON else _typed(scope, content_type)
 
     async def admit(self, scope, receive, headers: dict):
         """(scope, receive) as the app should see them, or None when the client left while
         its chunked body was read; APIError (`check`'s, or the chunked body over the limit)
         when the request may not go on."""
-        admitted = self._admitted(scope, receive, headers)
+        admitted = self.admitted(scope, headers)
         if admitted is not None:
-            return admitted
+            return admitted, receive
+        return await self.admit_chunked(scope, receive, headers)
+
+    async def admit_chunked(self, scope, receive, headers: dict):
+        """`admit` for a request `admitted` found chunked: its body read whole (connexion
+        only reads bodies with a content-length), up to the limit."""
         scope = _typed(scope, headers.get(b"content-type"))
-        # connexion only reads bodies with a content-length: buffer chunked ones here, up to the limit
         body = await self._read_chunked(receive)
         if body is None:
             return None
@@ -82,6 +87,16 @@ class Guard:
         scope = {**scope, "headers": [*[(k, v) for k, v in scope["headers"] if k != b"transfer-encoding"],
                                       (b"content-length", str(len(body)).encode())]}
         return scope, replay(body, receive)
+
+    def _check_keys(self, scope, headers: dict) -> None:
+        """The API keys, or for llmsim's own routes the admin key (only when some are set)."""
+        path = scope["path"]
+        if self.admin(path):
+            self._check_admin(path, scope.get("method", "GET"), headers)
+        elif self.keys and self._protected(path):
+            others = self._other_keys(scope, headers)
+            if not self._authorized(headers, self.keys, others):
+                raise _auth_error(headers, others, self._document(scope))
 
     def _protected(self, path: str) -> bool:
         if self.bare and not self.admin(path):

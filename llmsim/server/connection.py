@@ -3,7 +3,7 @@ connection, through the weak reference in its scope: a paced stream writes its c
 straight to it (`chunk_writer`: past the ASGI send chain, the middlewares and uvicorn's
 checks, which every event of every stream would otherwise pay) and hears that its
 client left (`watch_disconnect`: no task waiting on `receive` per stream); a response's
-head, and a JSON answer whole, go out in one write (`responder`).
+head, and a JSON answer whole, go out in one write (`respond`).
 
 Kept apart from the protocol so that importing the app needs no httptools.
 """
@@ -17,12 +17,13 @@ HOOKS = "llmsim.connection"     # scope["extensions"] key: `Hooks` (llmsim.pacin
 
 
 def _serving(scope):
-    """The protocol and request cycle serving `scope` (None, None: not llmsim.server.corking's)."""
-    extensions = scope.get("extensions")
-    ref = extensions.get(PROTOCOL) if extensions else None
-    protocol = ref() if ref is not None else None
-    cycle = getattr(protocol, "cycle", None)
-    if cycle is None or cycle.scope.get("extensions") is not extensions:
+    """The protocol and request cycle serving `scope` (None, None: the request has ended).
+    Called through `Hooks`, which only the protocol puts in a scope's extensions, beside its
+    reference."""
+    extensions = scope["extensions"]
+    protocol = extensions[PROTOCOL]()
+    cycle = protocol.cycle if protocol is not None else None
+    if cycle is None or cycle.scope["extensions"] is not extensions:
         return None, None
     return protocol, cycle
 
@@ -41,13 +42,6 @@ def watch_disconnect(scope, callback: Callable[[], None]) -> Callable[[], None] 
         if protocol.on_lost is callback:
             protocol.on_lost = None
     return forget
-
-
-def body_arrived(scope) -> bool:
-    """Whether the request's whole body has been read already (no wait for it can time out);
-    False when the request did not come through llmsim.server.corking's protocol."""
-    _, cycle = _serving(scope)
-    return cycle is not None and not cycle.more_body
 
 
 def chunk_writer(scope) -> Callable[[bytes, bool], bool] | None:
@@ -72,44 +66,44 @@ def chunk_writer(scope) -> Callable[[bytes, bool], bool] | None:
     return write
 
 
-def responder(scope) -> Callable[[int, list, bytes | None], bool] | None:
+def respond(scope, status: int, headers: list, body: bytes | None) -> bool:
     """Write a response's status line and headers (after the server's own, `date` and
     `server`) to the connection, as uvicorn's `send` would for `http.response.start` but
     without checking each header against its patterns again (the caller's are llmsim's own),
     and with them, in the same write, a whole body (`body`: the request cycle ends) or
     nothing (None: a chunked body follows, through `send` or `chunk_writer`). Returns False,
-    writing nothing, when the ASGI `send` must do it: the response started, the client left
-    or reads slowly. None when the request did not come through llmsim.server.corking's protocol."""
-    protocol, cycle = _serving(scope)
-    if cycle is None:
-        return None
-
-    def respond(status: int, headers: list, body: bytes | None) -> bool:
-        if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
-            return False
-        head = [_status_line(status), _server_lines(protocol, cycle.default_headers)]
-        if headers:     # "name: value" lines joined in C, cheaper than formatting each
-            head += (_lines(map(_line, headers)), b"\r\n")
-        keep_alive = cycle.keep_alive
-        if not keep_alive:
-            head.append(b"connection: close\r\n")
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        if body is None:
-            cycle.chunked_encoding = True
-            cycle.expected_content_length = 0
-            head.append(b"transfer-encoding: chunked\r\n\r\n")
-            cycle.transport.write(b"".join(head))
-            return True
-        head += (b"\r\n", body)
-        cycle.response_complete = True
+    writing nothing, when the ASGI `send` must do it: the request did not come through
+    llmsim.server.corking's protocol, the response started, the client left or reads slowly.
+    (`_serving`, inline: one call per response)"""
+    extensions = scope.get("extensions")
+    ref = extensions.get(PROTOCOL) if extensions else None
+    protocol = ref() if ref is not None else None
+    cycle = protocol.cycle if protocol is not None else None
+    if cycle is None or cycle.scope.get("extensions") is not extensions \
+            or cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+        return False
+    head = [_status_line(status), _server_lines(protocol, cycle.default_headers)]
+    if headers:     # "name: value" lines joined in C, cheaper than formatting each
+        head += (_lines(map(_line, headers)), b"\r\n")
+    keep_alive = cycle.keep_alive
+    if not keep_alive:
+        head.append(b"connection: close\r\n")
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    if body is None:
+        cycle.chunked_encoding = True
+        cycle.expected_content_length = 0
+        head.append(b"transfer-encoding: chunked\r\n\r\n")
         cycle.transport.write(b"".join(head))
-        cycle.message_event.set()
-        if not keep_alive:
-            cycle.transport.close()
-        cycle.on_response()
         return True
-    return respond
+    head += (b"\r\n", body)
+    cycle.response_complete = True
+    cycle.transport.write(b"".join(head))
+    cycle.message_event.set()
+    if not keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
+    return True
 
 
 _line, _lines = b": ".join, b"\r\n".join

@@ -128,10 +128,16 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.ref = weakref.ref(self)
         self.on_lost: Callable[[], None] | None = None     # see llmsim.server.connection.watch_disconnect
-        self.server_lines: tuple[list, bytes] = ([], b"")    # see llmsim.server.connection.responder
+        self.server_lines: tuple[list, bytes] = ([], b"")    # see llmsim.server.connection.respond
         self.starter = for_loop(Starter, self.loop)
         self.eager = getattr(self.app, "eager", None)
+        body_timeout = getattr(self.app, "body_timeout_s", None)     # (llmsim.server.requestcycle)
+        self.body_due = None if body_timeout is None else (body_timeout, self.app.body_late)
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+        # what every request's scope on this connection starts with (uvicorn's keys, in its order)
+        self.scope_base = {"type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+                           "http_version": "1.1", "server": self.server, "client": self.client,
+                           "scheme": self.scheme, "root_path": self.root_path}
 
     # -- a request's head: uvicorn's, in fewer steps -------------------------------------------
     # What uvicorn does as a request's head is parsed, with the same scope and cycle, but its
@@ -143,12 +149,9 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
-        self.scope = {  # type: ignore[typeddict-item]
-            "type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
-            "http_version": "1.1", "server": self.server, "client": self.client,
-            "scheme": self.scheme, "root_path": self.root_path, "headers": self.headers,
-            "state": self.app_state.copy(),
-            "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref, HOOKS: HOOKED}}
+        self.scope = {**self.scope_base, "headers": self.headers,  # type: ignore[typeddict-item]
+                      "state": self.app_state.copy(),
+                      "extensions": {RECEIVED_AT: time.monotonic(), PROTOCOL: self.ref, HOOKS: HOOKED}}
 
     def on_headers_complete(self) -> None:
         if self.head_timer is not None:     # the connection's first head (llmsim.server.deadlines)
@@ -171,7 +174,7 @@ class CorkedHttpToolsProtocol(HeadTimer, HttpToolsProtocol):
         self.cycle = Cycle(scope, self.transport, self.flow, self.server_state.default_headers,
                            self.access_log, self.expect_100_continue,
                            http_version != "1.0" and parser.should_keep_alive(),
-                           self.on_response_complete)
+                           self.on_response_complete, self.body_due)
         if existing is None or existing.response_complete:
             self._start_asgi_task(self.cycle, app)
         else:                                   # pipelined: started when the one before ends

@@ -5,8 +5,9 @@ whether it should exit; a fleet of 16 idle backends spent most of its CPU there.
 `QuietServer` waits instead for `should_exit` to be set (a signal, or code that sets it: the
 set wakes the loop at once, from a signal handler too), and its `ServerState` makes the
 server's own headers (`date`, then uvicorn's configured ones) when a response asks for them:
-one list per second, rebuilt by the first response of a new second, so `date` is right to the
-second and the list stays the same object within it (llmsim.server.connection keys on it).
+one list per second, made by the first response of a second and dropped by a timer when the
+second ends, so `date` is right to the second, the list stays the same object within it
+(llmsim.server.connection keys on it), and reading it is a plain attribute read.
 With `--limit-max-requests` or a notify callback (uvicorn's process manager) it ticks as uvicorn.
 The story: docs/internals.md#serverquiet.
 """
@@ -21,30 +22,41 @@ from uvicorn.server import ServerState
 
 
 class DatedState(ServerState):
-    """`default_headers` made when read, once a second; what uvicorn's tick assigns is ignored."""
+    """`default_headers` made when first read in a second and kept, as a plain attribute (no
+    call per read), until that second ends: a timer armed by the read drops it, so a busy
+    server makes them once a second and an idle one not at all. `later(delay, callback)`
+    arms the timer (None: the running loop's). A value uvicorn's tick assigns (only when it
+    ticks: see `QuietServer`) stands until then."""
 
-    def __init__(self, config: uvicorn.Config, clock=time.time):
+    def __init__(self, config: uvicorn.Config, clock=time.time, later=None):
         self._config = config
         self._clock = clock
-        self._second = -1
-        self._headers: list[tuple[bytes, bytes]] = []
+        self._later = later or _call_later
         super().__init__()
+        del self.default_headers        # uvicorn's empty list: made when first read
 
-    @property
-    def default_headers(self) -> list[tuple[bytes, bytes]]:
-        second = int(self._clock())
-        if second != self._second:
-            self._second = second
-            config = self._config
-            headers = list(getattr(config, "encoded_headers", ()))     # set when the config loads
-            if config.date_header:
-                headers.insert(0, (b"date", formatdate(second, usegmt=True).encode()))
-            self._headers = headers
-        return self._headers
+    def __getattr__(self, name: str):
+        if name != "default_headers":
+            raise AttributeError(name)
+        now = self._clock()
+        second = int(now)
+        config = self._config
+        headers = list(getattr(config, "encoded_headers", ()))     # set when the config loads
+        if config.date_header:
+            headers.insert(0, (b"date", formatdate(second, usegmt=True).encode()))
+        self.default_headers = headers
+        self._later(second + 1 - now, self._second_ended)
+        return headers
 
-    @default_headers.setter
-    def default_headers(self, value) -> None:     # uvicorn's ServerState.__init__ and on_tick
-        pass
+    def _second_ended(self) -> None:
+        self.__dict__.pop("default_headers", None)
+
+
+def _call_later(delay: float, callback) -> None:
+    try:
+        asyncio.get_running_loop().call_later(delay, callback)
+    except RuntimeError:        # no loop to end the second: made again when next read
+        callback()
 
 
 class QuietServer(uvicorn.Server):

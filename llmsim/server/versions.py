@@ -6,13 +6,15 @@ not apply).
 
 The tuned server runs only on the releases it was tested with (`TESTED`, the same bounds as
 the caps in pyproject.toml); on any other, `--server tuned` starts `plain` and says why in
-one warning.
+one warning; without httptools (the tuned protocol's parser, which keeps the request
+deadlines), it starts `plain` too.
 """
 from __future__ import annotations
 
 import logging
 import re
 from importlib import metadata
+from importlib.util import find_spec
 from typing import Callable
 
 SERVERS = ("tuned", "plain")
@@ -50,6 +52,9 @@ def choose(requested: str, version_of: Callable[[str], str] = metadata.version) 
     server was not tested with an installed package (one warning names it)."""
     if requested != "tuned":
         return requested
+    if find_spec("httptools") is None:
+        log.warning("llmsim: httptools is not installed (pip install httptools): serving with --server plain")
+        return "plain"
     found = untested(version_of)
     if found is None:
         return "tuned"

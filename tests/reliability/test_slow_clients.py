@@ -100,6 +100,18 @@ def test_a_stalled_body_gets_408_in_the_envelope_and_the_connection_closes(serve
     assert BODY_S * 0.8 < took < BODY_S + 3
 
 
+def test_a_chunked_body_dribbled_a_byte_at_a_time_gets_408_at_the_deadline(server):
+    body = json.dumps({"model": MODEL, "input": "hello " * 40}).encode()
+    head = (b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head)
+        took, received = until_closed(sock, dribble=b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+    assert received.startswith(b"HTTP/1.1 408")
+    assert json.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+    assert BODY_S * 0.8 < took < BODY_S + 3         # from the request's start, not from each byte
+
+
 def test_a_body_that_arrives_within_the_timeout_is_answered(server):
     body = json.dumps({"model": MODEL, "input": "hello", "max_output_tokens": 5}).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:

@@ -20,15 +20,18 @@ def test_the_server_headers_are_made_once_a_second_with_that_seconds_date():
     now = [1_700_000_000.2]
     config = uvicorn.Config(app=None, headers=[("x-served-by", "llmsim")])
     config.encoded_headers = [(b"x-served-by", b"llmsim")]
-    state = DatedState(config, clock=lambda: now[0])
+    timers = []         # (delay, callback): the loop's timers
+    state = DatedState(config, clock=lambda: now[0], later=lambda delay, callback: timers.append((delay, callback)))
     first = state.default_headers
     assert first == [(b"date", b"Tue, 14 Nov 2023 22:13:20 GMT"), (b"x-served-by", b"llmsim")]
+    assert len(timers) == 1 and timers[0][0] == pytest.approx(0.8)     # due when the second ends
     now[0] += 0.7
-    assert state.default_headers is first           # the same second: the same list
+    assert state.default_headers is first           # the same second: the same list, no new timer
+    assert len(timers) == 1
     now[0] += 0.2
+    timers.pop()[1]()                               # the second ended
     assert state.default_headers[0] == (b"date", b"Tue, 14 Nov 2023 22:13:21 GMT")
-    state.default_headers = []                      # what uvicorn's tick would assign
-    assert state.default_headers[0] == (b"date", b"Tue, 14 Nov 2023 22:13:21 GMT")
+    assert len(timers) == 1
 
 
 def test_a_server_without_the_date_header_sends_none():
