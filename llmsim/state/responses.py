@@ -99,16 +99,18 @@ class ResponseState:
         no store read, no coroutine), else a coroutine resolving `previous_response_id` /
         `conversation`. An error when both are given, or when either names nothing (400
         `previous_response_not_found`, as OpenAI answers; 404 for a conversation)."""
-        previous, conversation = body.get("previous_response_id"), body.get("conversation")
-        if previous and conversation and conversation_id(body):
-            raise InvalidRequestError(
-                "Mutually exclusive parameters: Ensure you are only providing one of: "
-                "'previous_response_id' or 'conversation'.", param="conversation",
-                code="mutually_exclusive_parameters")
+        previous = conversation = None
+        if "previous_response_id" in body or "conversation" in body:      # (few requests)
+            previous, conversation = body.get("previous_response_id"), conversation_id(body)
+            if previous and conversation:
+                raise InvalidRequestError(
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'.", param="conversation",
+                    code="mutually_exclusive_parameters")
         if body.get("background"):
             _check_background(body)
         if previous or conversation:
-            return self._read_prior(previous, conversation_id(body))
+            return self._read_prior(previous, conversation)
         return NO_PRIOR
 
     async def _read_prior(self, previous: str | None, conversation: str | None) -> Prior:
