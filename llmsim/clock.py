@@ -18,9 +18,7 @@ class Clock:
     # start of the loop step, up to a millisecond behind. The C function itself, not a method
     # calling it: a paced stream reads it once per write.
     now = staticmethod(time.monotonic)
-
-    def wall(self) -> float:
-        return time.time()
+    wall = staticmethod(time.time)      # seconds since the epoch, for timestamps
 
     def request_start(self, received_at: float | None) -> float:
         """When a request's simulated time starts: when the server read it (`received_at`, on

@@ -87,7 +87,8 @@ class Simulator:
         self._counter = itertools.count()
         self._seeded = random.Random(self.settings.seed) if self.settings.seed is not None else None
         self._shared = random.Random()    # unseeded requests share one generator
-        self._fixed_profiles: dict[str, latency.Profile] = {}   # with --ttft-ms / --tbt-ms
+        self._wall = self.clock.wall
+        self._profiles: dict[str, latency.Profile] = {}     # by a model's `latency`, for the settings in force
         self.stats = Stats(self.settings.metrics, self.settings.stats_dir)
         self.drain = Drain()    # the app's shutdown and its paced streams (llmsim.pacing.draining)
         self.faults = FaultInjector(load_kinds(self.settings.data_file("faults.yaml")), self.settings, self.clock, self.templates["faults"],
@@ -122,7 +123,7 @@ class Simulator:
     def reconfigure(self, settings: Settings) -> None:
         """Serve the requests that start from now on with `settings`."""
         old, self.settings = self.settings, settings
-        self._fixed_profiles.clear()
+        self._profiles.clear()
         self.limiter.configure(settings)
         self.serving.refresh(settings)
         if settings.errors != old.errors and self.faults.shared is None:
@@ -148,19 +149,23 @@ class Simulator:
         self.live.refresh()
 
     def profile_for(self, model) -> latency.Profile:
+        """The latency profile of `model` under the settings in force (found once per
+        `model.latency` until they change)."""
+        profile = self._profiles.get(model.latency)
+        if profile is None:
+            profile = self._profiles[model.latency] = self._profile(model)
+        return profile
+
+    def _profile(self, model) -> latency.Profile:
         s = self.settings
         profile = self.profiles[s.profile or model.latency]
         if s.ttft_ms is None and s.tbt_ms is None and s.latency_factor == 1:
             return profile
-        fixed = self._fixed_profiles.get(profile.name)
-        if fixed is None:       # fixed times, then every time multiplied by latency_factor
-            f = s.latency_factor
-            ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
-            tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
-            ttft, tbt = latency.Dist(ttft.mean * f, ttft.sd * f), latency.Dist(tbt.mean * f, tbt.sd * f)
-            fixed = self._fixed_profiles[profile.name] = latency.Profile(f"{profile.name}+fixed", ttft, tbt,
-                                                                          profile.serving)
-        return fixed
+        f = s.latency_factor        # fixed times, then every time multiplied by latency_factor
+        ttft = latency.Dist(s.ttft_ms, 0) if s.ttft_ms is not None else profile.ttft
+        tbt = latency.Dist(s.tbt_ms, 0) if s.tbt_ms is not None else profile.tbt
+        ttft, tbt = latency.Dist(ttft.mean * f, ttft.sd * f), latency.Dist(tbt.mean * f, tbt.sd * f)
+        return latency.Profile(f"{profile.name}+fixed", ttft, tbt, profile.serving)
 
     def draw(self) -> tuple[random.Random, int]:
         """A random generator and a creation time for one request (both fixed by --seed).
@@ -168,9 +173,8 @@ class Simulator:
         With --seed each request gets its own generator, so concurrent requests cannot
         change each other's draws; without it one shared generator does (seeding a fresh
         one from the OS would cost more than the request's draws)."""
-        n = next(self._counter)
         if self._seeded is not None:
-            return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + n
+            return random.Random(self._seeded.getrandbits(64)), SEEDED_EPOCH + next(self._counter)
         return self._shared, int(self.clock.wall())
 
     def context(self, model_id: str, headers: Mapping[str, str] | None = None, *, model=None,
@@ -180,8 +184,12 @@ class Simulator:
         `profile`: a model outside the catalogue (moderations') and its latency."""
         if model is None:
             model = self.catalogue.get(model_id)
-        rng, created = self.draw()
+        if self._seeded is None:        # (`draw`, written out)
+            rng, created = self._shared, int(self._wall())
+        else:
+            rng, created = self.draw()
         if headers is not None and (seed := headers.get(SEED_HEADER)) is not None:
             rng = random.Random(f"llmsim-request:{_seed(seed)}")
-        return Context(self.settings, model, profile or self.profile_for(model), self.rules, rng, created,
-                       self.ids)
+        if profile is None:
+            profile = self._profiles.get(model.latency) or self.profile_for(model)
+        return Context(self.settings, model, profile, self.rules, rng, created, self.ids)

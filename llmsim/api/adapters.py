@@ -18,12 +18,12 @@ from llmsim.sim import (anthropic_plan, chat_plan, compaction, completions_plan,
 from llmsim.sim import responses_plan as planning
 from llmsim.sim.responses_plan import Context
 from llmsim.state.chats import ChatStore
-from llmsim.state.responses import Replay, wants_store
+from llmsim.state.responses import Replay
 
 MARKED_ENTRIES = 10_000          # marked prefixes a model's prefix cache keeps (least recently used go)
 
 if TYPE_CHECKING:   # types only
-    from llmsim.api.pipeline import Call, Pipeline
+    from llmsim.api.pipeline import Call
     from llmsim.simulator import Simulator
 
 
@@ -35,11 +35,14 @@ class Adapter:
     template_name: ClassVar[str]
     scripts = serves = replays = seeded = records = generates = True
     history = False                 # it continues stored history (`prior`)
+    # `planner(req, ctx, script)`: the sim/ function that plans it, where `plan` is only that
+    planner: ClassVar[Any] = None
     marks = False                   # it marks prefixes to cache (`read_marks`)
 
     def __init__(self, simulator: Simulator):
         self.simulator = simulator
         self.template = simulator.templates[self.template_name]
+        self.instant = simulator.clock.realtime     # an answer due at once waits for nothing (`answer.wait`)
 
     # -- reading the request --
     def model(self, req: dict) -> str:
@@ -71,18 +74,20 @@ class Adapter:
         """The output cap a rate limit counts (None: the model's largest) and the choices."""
         return req.get("max_tokens"), 1
 
-    async def prior(self, call: Call) -> Any:
-        """What the request continues (for an adapter with `history`)."""
+    def prior(self, call: Call) -> Any:
+        """What the request continues (for an adapter with `history`), or a coroutine of it
+        when that must be read (the pipeline awaits it)."""
         return None
 
     # -- planning and delivery --
     def plan(self, call: Call, ctx: Context, script):
-        raise NotImplementedError
+        """The sim/ plan of the request (the lane calls `planner` itself when there is one)."""
+        return self.planner(call.req, ctx, script)
 
     def variables(self, call: Call) -> dict:
         return {"req": call.req}
 
-    async def deliver(self, pipe: Pipeline, call: Call):
+    async def deliver(self, call: Call):
         return await answer.reply(self.simulator, self.template, call.plan, call.start, call.req.get("stream"),
                                   call.fault, call.ticket, **self.variables(call))
 
@@ -90,6 +95,10 @@ class Adapter:
 class Responses(Adapter):
     name = endpoint = template_name = "responses"
     history = True
+
+    def __init__(self, simulator):
+        super().__init__(simulator)
+        self.state = simulator.state
 
     def turns(self, call):
         return [*call.prior.turns, *inputs.responses_turns(call.req)]
@@ -103,32 +112,37 @@ class Responses(Adapter):
     def deferred(self, req):
         return bool(req.get("background"))
 
-    async def prior(self, call):
-        return await self.simulator.state.prior(call.req)
+    def prior(self, call):
+        return self.state.prior(call.req)
 
     def plan(self, call, ctx, script):
         return planning.plan_response(call.req, ctx, call.prior.turns, script=script)
 
-    async def deliver(self, pipe, call):
-        simulator, body, plan, fault, prior = self.simulator, call.req, call.plan, call.fault, call.prior
-        store = wants_store(body)
-        own = simulator.state.input_items(body, call.ctx.rng) if store else []
+    async def deliver(self, call):
+        body, plan, state = call.req, call.plan, self.state
+        store = body.get("store") is not False      # (wants_store)
+        own = state.input_items(body, call.ctx.rng) if store else []
         if body.get("background"):
-            events = fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
-            job, queued = await simulator.state.jobs.start(body, prior, own, events, call.start, call.admission)
+            events = call.fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
+            job, queued = await state.jobs.start(body, call.prior, own, events, call.start, call.admission)
             return transport.SSEResponse(job.follow(-1)) if body.get("stream") else transport.json_response(queued)
         if body.get("stream"):
-            chunks = answer.events(simulator, fault.frames(self.template, plan=plan, req=body), call.start, call.ticket)
+            fault = call.fault
+            chunks = answer.events(self.simulator, fault.frames(self.template, plan=plan, req=body), call.start,
+                                   call.ticket)
             if store:                   # a stream no fault cut can be rendered again when read
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
-                chunks = simulator.state.record_stream(chunks, body, prior, own, replay)
+                chunks = state.record_stream(chunks, body, call.prior, own, replay)
             return transport.SSEResponse(chunks)
-        await answer.wait(simulator, plan, call.start, call.ticket)
+        if plan.end_at or call.ticket is not None or not self.instant:
+            await answer.wait(self.simulator, plan, call.start, call.ticket)
         content = self.template.body_json(plan=plan, req=body)
-        if store:                       # the store keeps these bytes
-            await simulator.state.save(body, prior, own, content, plan=plan)
+        if store:                       # the store keeps these bytes (at once in a store that can)
+            prior = call.prior
+            if (saving := state.save(body, prior, own, content, plan=plan)) is not None:
+                await saving
             if prior.conversation:      # its items join the conversation
-                await simulator.state.add_to_conversation(body, prior, own, content)
+                await state.add_to_conversation(body, prior, own, content)
         return transport.json_response(content)
 
 
@@ -149,17 +163,18 @@ class Chat(Adapter):
         cap = req.get("max_completion_tokens")
         return (req.get("max_tokens") if cap is None else cap), req.get("n") or 1
 
-    def plan(self, call, ctx, script):
-        return chat_plan.plan_chat(call.req, ctx, script)
+    planner = staticmethod(chat_plan.plan_chat)
 
-    async def deliver(self, pipe, call):
-        simulator, body, plan, fault = self.simulator, call.req, call.plan, call.fault
+    async def deliver(self, call):
+        body, plan = call.req, call.plan
         if body.get("stream"):
+            fault = call.fault
             if body.get("store") and not fault.cuts_stream:     # the completion the stream makes
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))
-            return transport.SSEResponse(answer.events(simulator, fault.frames(self.template, plan=plan, req=body),
+            return transport.SSEResponse(answer.events(self.simulator, fault.frames(self.template, plan=plan, req=body),
                                                        call.start, call.ticket))
-        await answer.wait(simulator, plan, call.start, call.ticket)
+        if plan.end_at or call.ticket is not None or not self.instant:
+            await answer.wait(self.simulator, plan, call.start, call.ticket)
         content = self.template.body_json(plan=plan, req=body)
         if body.get("store"):
             await self.stored.save(body, content)
@@ -284,8 +299,8 @@ class Compaction(Embeddings):
     name, endpoint, template_name = "compact", "responses", "compaction"
     history = seeded = True
 
-    async def prior(self, call):
-        return await self.simulator.state.prior(call.req)     # previous_response_id: what it continues
+    def prior(self, call):
+        return self.simulator.state.prior(call.req)     # previous_response_id: what it continues
 
     def plan(self, call, ctx, script):
         state = self.simulator.state
@@ -314,7 +329,7 @@ class ResponsesSocket(Responses):
     def plan(self, call, ctx, script):
         return planning.plan_response(call.req, ctx, call.prior, call.extra.generate, script)
 
-    async def deliver(self, pipe, call):
+    async def deliver(self, call):
         await call.extra.send(call)
 
 

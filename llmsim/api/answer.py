@@ -17,22 +17,25 @@ def events(simulator: Simulator, frames, start: float, ticket=None) -> transport
     slowed by the load when the serving model admitted it (`ticket`)."""
     if ticket is not None:
         frames, start = ticket.timed(frames), ticket.start
-    keepalive = simulator.settings.keepalive_ms / 1000 if simulator.settings.keepalive_ms else None
-    paced = transport.Paced(frames, start, simulator.clock, keepalive, simulator.stats.lateness, simulator.drain)
-    if (ex := stats.current()) is not None:
+    keepalive = simulator.settings.keepalive_ms
+    paced = transport.Paced(frames, start, simulator.clock, keepalive / 1000 if keepalive else None,
+                            simulator.stats.lateness, simulator.drain)
+    if (ex := stats.CURRENT.get()) is not None:     # (stats.current)
         paced.on_left = ex.left         # a stream its client leaves counts what it sent
     return paced
 
 
 async def wait(simulator: Simulator, plan, start: float, ticket=None) -> None:
     """Wait until a whole answer's end (`plan.end_at`, slowed by the load with a `ticket`,
-    whose slot it then gives back); an instant answer on the real clock waits for nothing."""
+    whose slot it then gives back). Called unless the answer is due at once on the real clock
+    (`plan.end_at or ticket is not None or not clock.realtime`: an instant answer waits for
+    nothing, and no coroutine is made for it)."""
     if ticket is not None:
         try:
             await simulator.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
         finally:
             ticket.release()
-    elif plan.end_at or not simulator.clock.realtime:
+    else:
         await simulator.clock.sleep_until(start + plan.end_at)
 
 
@@ -42,5 +45,6 @@ async def reply(simulator: Simulator, template, plan, start: float, stream: bool
     body as JSON at the plan's end; `variables` are the template's other variables."""
     if stream:
         return transport.SSEResponse(events(simulator, fault.frames(template, plan=plan, **variables), start, ticket))
-    await wait(simulator, plan, start, ticket)
+    if plan.end_at or ticket is not None or not simulator.clock.realtime:
+        await wait(simulator, plan, start, ticket)
     return transport.json_response(template.body_json(plan=plan, **variables))

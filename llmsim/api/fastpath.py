@@ -31,9 +31,10 @@ class Operation:
     fast: t.Any          # jsonschema_rs validator: the happy path
     full: t.Any          # jsonschema validator: names the bad field
     optional: bool = False   # requestBody.required is false: no body reads as {}
-    # the handler's own answer to a body read at a time, when it has one (a generating
-    # operation: llmsim.api.handlers.generate), which needs no request context set
-    received: t.Callable[[dict, float | None], t.Awaitable[t.Any]] | None = None
+    # the handler's object, when it answers a body read at a time (a generating operation:
+    # llmsim.api.handlers.generate, whose `received` each pipeline assembly sets), which
+    # needs no request context set
+    generating: t.Any = None
     # bodies (JSON text) found valid: a load test sends the same body again and again
     valid: set[bytes] = field(default_factory=set, compare=False)
 
@@ -62,9 +63,9 @@ class Operation:
         body = json_body(raw, not self.optional)
         if raw not in self.valid:
             self.check(body, raw)
-        if self.received is not None:
+        if self.generating is not None:
             extensions = scope.get("extensions")
-            return await self.received(body, extensions.get(RECEIVED_AT) if extensions else None)
+            return await self.generating.received(body, extensions.get(RECEIVED_AT) if extensions else None)
         enter(scope, receive)      # handlers may read `connexion.request` or `request_headers()`
         return await self.handler(body)
 
@@ -107,7 +108,7 @@ def json_operations(spec: Path | dict, base_paths: t.Iterable[str], resolve) -> 
         handler = resolve(post["operationId"])
         op = Operation(handler, jsonschema_rs.Draft4Validator(nullable_to_types(schema)),
                        compile_schema(schema), not post["requestBody"].get("required", False),
-                       getattr(getattr(handler, "__self__", None), "received", None))
+                       _generating(getattr(handler, "__self__", None)))
         for base in base_paths:
             ops[base.rstrip("/") + path] = op
     return ops
@@ -117,3 +118,8 @@ def _is_json(content_type: bytes) -> bool:
     """Whether a content type reads as JSON: `application/json`, in any case and spacing, with
     any parameters (as llmsim.api.guard passes it to connexion)."""
     return content_type.partition(b";")[0].strip().lower() == JSON
+
+
+def _generating(owner: t.Any) -> t.Any:
+    """The handler's object when it has `received` (a generating operation's), else None."""
+    return owner if hasattr(owner, "received") else None

@@ -234,7 +234,8 @@ class Connection:
             if pipeline.refresh is not None:
                 pipeline.refresh()          # settings changed at runtime by another process
             body, self.generate = parse_frame(raw, self.endpoint.validator)
-            call = Call(self.endpoint.adapter, body, self.headers, self.control, start)
+            call = Call(adapter=self.endpoint.adapter, req=body, headers=self.headers, control=self.control,
+                        start=start)
             call.extra = self           # (the connection: what the adapter's transport needs)
             await pipeline.run(call)
             if turn is not None:

@@ -82,11 +82,17 @@ class FaultInjector:
         self.injected: Counter[str] = Counter()
         self.shared = None                # the store's shared schedule and rates (see `share`)
         self._rates_raw: bytes | None = None
+        self.changed: list[Callable[[], Any]] = []     # called when the schedule or rates change (the pipeline reassembles)
 
     def share(self, shared) -> None:
         """Keep the schedule and the rates in `shared` (a store's `shared_faults`) from now on."""
         self.shared = shared
         self._seeded = False
+        self._changed()
+
+    def _changed(self) -> None:
+        for listener in self.changed:
+            listener()
 
     # ---- configuration (config file at start-up, admin endpoint at runtime) ----
     def _kind(self, name, error: type[Exception], where: str) -> Kind:
@@ -130,6 +136,7 @@ class FaultInjector:
         self.schedule = new if replace else [*self.schedule, *new]
         if new_rates is not None:
             self.rates = new_rates
+        self._changed()
 
     async def clear(self) -> None:
         if self.shared is not None:
@@ -137,6 +144,7 @@ class FaultInjector:
             return
         self.schedule = []
         self.rates = {}
+        self._changed()
 
     async def state(self):
         """What GET /llmsim/faults shows (templates/faults.yaml: the `injector`)."""

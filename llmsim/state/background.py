@@ -184,7 +184,8 @@ class Jobs:
             first = next(events)   # (responses.yaml: response.created, status queued)
             snapshot = latest_response([first])
             frame = sse.frame(first)
-            await self.state.save(body, prior, own, snapshot, [frame], owner=self.owner)
+            if (saving := self.state.save(body, prior, own, snapshot, [frame], owner=self.owner)) is not None:
+                await saving
         except BaseException:
             if admission is not None:
                 admission.abandon()

@@ -15,7 +15,7 @@ it answered.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Sequence
+from typing import Any, Awaitable, Coroutine, Sequence
 
 import orjson
 
@@ -94,16 +94,26 @@ class ResponseState:
         return orjson.loads(self.shapes.body_json(shape=shape, **values))
 
     # ---- what a request continues -------------------------------------------------------
-    async def prior(self, body: dict) -> Prior:
-        """Resolve `previous_response_id` / `conversation`; an error when either names nothing
-        (400 `previous_response_not_found`, as OpenAI answers; 404 for a conversation)."""
-        previous, conversation = body.get("previous_response_id"), conversation_id(body)
-        if previous and conversation:
-            raise InvalidRequestError(
-                "Mutually exclusive parameters: Ensure you are only providing one of: "
-                "'previous_response_id' or 'conversation'.", param="conversation",
-                code="mutually_exclusive_parameters")
-        _check_background(body)
+    def prior(self, body: dict) -> Prior | Coroutine[Any, Any, Prior]:
+        """What `body` continues: NO_PRIOR at once for a request that continues nothing (most:
+        no store read, no coroutine), else a coroutine resolving `previous_response_id` /
+        `conversation`. An error when both are given, or when either names nothing (400
+        `previous_response_not_found`, as OpenAI answers; 404 for a conversation)."""
+        previous = conversation = None
+        if "previous_response_id" in body or "conversation" in body:      # (few requests)
+            previous, conversation = body.get("previous_response_id"), conversation_id(body)
+            if previous and conversation:
+                raise InvalidRequestError(
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'.", param="conversation",
+                    code="mutually_exclusive_parameters")
+        if body.get("background"):
+            _check_background(body)
+        if previous or conversation:
+            return self._read_prior(previous, conversation)
+        return NO_PRIOR
+
+    async def _read_prior(self, previous: str | None, conversation: str | None) -> Prior:
         if previous:
             record = await self.store.get_response(previous)
             if record is None:
@@ -154,19 +164,21 @@ class ResponseState:
         """The conversation a follow-up continues: what it answered, then what it said."""
         return [*self.shaped(record.input_items), *record.output_items]
 
-    async def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes | Replay,
-                   frames: Sequence[bytes] = (), plan=None, owner: str | None = None) -> None:
-        """Keep a response (with its first SSE frames) unless the request said `store: false`.
-        `snapshot` is the response object, the JSON a handler wrote from `plan` (whose id and
-        status it carries), kept as written, or the Replay that renders it when read."""
-        if not wants_store(body):
-            return
+    def save(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes | Replay,
+             frames: Sequence[bytes] = (), plan=None, owner: str | None = None) -> Awaitable[None] | None:
+        """Keep a response (with its first SSE frames) unless the request said `store: false`:
+        at once (None: no record, no coroutine) in a store that can keep the JSON a handler
+        wrote, else an awaitable that keeps it. `snapshot` is the response object, the JSON a
+        handler wrote from `plan` (whose id and status it carries), kept as written, or the
+        Replay that renders it when read."""
+        if body.get("store") is False:      # (wants_store)
+            return None
         answered = _answered(prior, own)
         background = bool(body.get("background"))
-        if snapshot.__class__ is bytes and self._put_json is not None:    # a store that keeps it at once
-            self._put_json(plan.id, snapshot, plan.status, answered, background, prior.conversation)
-            return
         if snapshot.__class__ is bytes:
+            if self._put_json is not None:      # a store that keeps it at once
+                self._put_json(plan.id, snapshot, plan.status, answered, background, prior.conversation)
+                return None
             record = StoredResponse(plan.id, None, answered, background, prior.conversation,
                                     response_json=snapshot, status=plan.status)
         elif snapshot.__class__ is Replay:
@@ -176,7 +188,12 @@ class ResponseState:
         else:
             record = StoredResponse(snapshot["id"], snapshot, answered, background, prior.conversation,
                                     owner=owner)
-        await self.store.put_response(record, frames)
+        return self.store.put_response(record, frames)
+
+    @staticmethod
+    async def _saved(saving: Awaitable[None] | None) -> None:
+        if saving is not None:
+            await saving
 
     async def add_to_conversation(self, body: dict, prior: Prior, own: list[dict], snapshot: dict | bytes) -> None:
         """A response ended: its input and output join its conversation, if it has one."""
@@ -210,7 +227,7 @@ class ResponseState:
         """Keep a stream as what renders it again: at once (no record, no coroutine) in a store
         that can and for a response in no conversation; else an awaitable that does."""
         put = self._put_replay
-        if put is None or prior.conversation or not wants_store(body):
+        if put is None or prior.conversation or body.get("store") is False:     # (wants_store)
             return self._keep_replay_later(replay, events, body, prior, own)
         plan = replay.plan
         put(plan.id, plan.status, replay.response_json, replay.frames_blob, events,
@@ -219,7 +236,7 @@ class ResponseState:
 
     async def _keep_replay_later(self, replay: Replay, events: int, body: dict, prior: Prior,
                                  own: list[dict]) -> None:
-        await self.save(body, prior, own, replay, Frames.later(replay.frames_blob, events))
+        await self._saved(self.save(body, prior, own, replay, Frames.later(replay.frames_blob, events)))
         if prior.conversation:          # its output joins the conversation: rendered now
             await self.add_to_conversation(body, prior, own, replay.response_json())
 
@@ -227,7 +244,7 @@ class ResponseState:
         snapshot = latest_snapshot(frames.blob, self.snapshots)
         if snapshot is not None:
             try:
-                await self.save(body, prior, own, snapshot, frames)
+                await self._saved(self.save(body, prior, own, snapshot, frames))
                 await self.add_to_conversation(body, prior, own, snapshot)
             except ServiceUnavailableError as exc:      # the stream was sent whole; it is not kept
                 log.warning("response %s streamed but not stored: %s", snapshot.get("id"), exc.message)

@@ -11,15 +11,15 @@ if TYPE_CHECKING:   # types only
 
 
 class Generating:
+    """`received(body, received_at)`: the fast lane's call (llmsim.api.fastpath), which knows
+    when the server read the request; it is the adapter's lane itself (`Pipeline.attach`: no
+    request context to set, no coroutine of its own)."""
+
     def __init__(self, pipeline: Pipeline, adapter: Adapter, current: Current):
-        self.answer, self.adapter, self.received_at = pipeline.answer, adapter, current.received_at
+        self.adapter, self.received_at = adapter, current.received_at
+        pipeline.attach(self, adapter)
 
     async def create(self, body: dict):     # connexion's handler: the time as the request context says
         return await self.received(body, self.received_at())
-
-    def received(self, body: dict, received_at: float | None):
-        """The fast lane's call (llmsim.api.fastpath), which knows when the server read the
-        request: no request context to set, no coroutine of its own."""
-        return self.answer(self.adapter, body, received_at)
 
     compact = create        # POST /responses/compact's operation

@@ -6,6 +6,7 @@ from llmsim.errors import InvalidRequestError
 from llmsim.pacing import transport
 from llmsim.sim import responses_plan as planning
 from llmsim.simulator import Simulator
+from llmsim.state.prior import Prior
 from llmsim.state.responses import response_not_found
 from llmsim.state.store import paginate
 
@@ -48,7 +49,9 @@ class ResponseStoreHandlers:
 
     async def count_input_tokens(self, body: dict):
         simulator = self.simulator
-        prior = await self.state.prior(body)
+        prior = self.state.prior(body)
+        if not isinstance(prior, Prior):        # (a coroutine: the store is read)
+            prior = await prior
         model = body.get("model") or next(iter(simulator.catalogue)).id
         plan = planning.plan_response({**body, "model": model}, simulator.context(model), prior.turns,
                                       generate=False)

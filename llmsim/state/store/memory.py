@@ -78,7 +78,7 @@ class MemoryStore:
         """Add `entry` as the newest of `table`, evicting the oldest beyond `max_entries`."""
         table[entry_id] = entry
         table.move_to_end(entry_id)           # a replaced entry counts as new
-        while len(table) > self.bounds.max_entries:
+        if len(table) > self.bounds.max_entries:      # (entries come one at a time: one goes)
             table.popitem(last=False)
         self._wrote()
 
