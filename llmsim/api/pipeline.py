@@ -176,16 +176,7 @@ class Pipeline:
 
     def _stages(self, adapter: Adapter) -> list[str]:
         """script, prior, plan, admit, shape, slot and observe, on `call` (with `req`, `ctrl`)."""
-        if self.quiet and not self.scripted:    # without an llmsim header nothing is decided
-            plain = 'ctrl is None and "metadata" not in req' if adapter.scripts else "ctrl is None"
-            lines = [f"if {plain}:      # (most requests) no scenario asks for it, no fault can fire",
-                     "    faults.requests += 1",
-                     f"    call.fault = fault = {self._unfaulted(adapter)}",
-                     *_indent(self._planned(adapter, decided=False)),
-                     "else:",
-                     *_indent(self._decided(adapter, asked=True) + self._planned(adapter, decided=True))]
-        else:
-            lines = self._decided(adapter) + self._planned(adapter, decided=True)
+        lines = self._decided(adapter) + self._planned(adapter)
         serves = self.serving is not None and adapter.serves
         if adapter.marks or serves:
             lines.append("await pipeline.slot(call, plan, ctx)")
@@ -201,9 +192,8 @@ class Pipeline:
             return f"faults.unfaulted({adapter.name!r}, req)"
         return "NO_FAULT"
 
-    def _decided(self, adapter: Adapter, asked: bool = False) -> list[str]:
-        """The script stage (a scenario or a rule), else the faults': `fault` and `script`
-        (`asked`: the request carries llmsim headers or metadata)."""
+    def _decided(self, adapter: Adapter) -> list[str]:
+        """The script stage (a scenario or a rule), else the faults': `fault` and `script`."""
         name = repr(adapter.name)
         if self.quiet:                  # no schedule, no rates: only a fault header may fire
             faults = ["if ctrl is None or FAULT_HEADER not in ctrl:      # nothing can fire",
@@ -219,7 +209,7 @@ class Pipeline:
                       "    fault = await fault.wait()"]
         lines = ["script = None"]
         if adapter.scripts:             # a scenario or a rule may script it
-            asks = "" if self.scripted or asked else '(ctrl is not None or "metadata" in req) and '
+            asks = "" if self.scripted else '(ctrl is not None or "metadata" in req) and '
             lines += [f"if {asks}scripts.wanted(req, ctrl) and adapter.scriptable(call):",
                       *(_indent(_prior()) if adapter.history else []),
                       f"    fault, script = await scripts.begin({name}, req, ctrl, adapter.turns(call))",
@@ -231,26 +221,19 @@ class Pipeline:
             lines += faults
         return [*lines, "call.fault = fault"]
 
-    def _planned(self, adapter: Adapter, decided: bool) -> list[str]:
-        """prior, plan, admit and shape; not `decided`: no script, no fault, no llmsim header."""
-        lines = []
-        if adapter.history:             # what it continues (none: known at once)
-            lines += ["if call.prior is None:", *_indent(_prior())] if decided else _prior()
-        ctrl, script = ("ctrl", "script") if decided else ("None", "None")
-        context = f"context(req['model'], {ctrl})" if _default(adapter, "context") else f"adapter.context(req, {ctrl})"
-        lines.append(f"ctx = call.ctx = {context}")
-        if decided:
-            lines += ["faulted = fault.fault is not None",
-                      "if faulted:                     # a content fault changes what is said",
-                      "    script = fault.answer(script, req, ctx)"]
-        lines.append("plan = call.plan = " + (f"plan_of(call, ctx, {script})" if adapter.planner is None else
-                                              f"planner(req, ctx, {script})"))
+    def _planned(self, adapter: Adapter) -> list[str]:
+        """prior, plan, admit and shape."""
+        lines = ["if call.prior is None:", *_indent(_prior())] if adapter.history else []   # what it continues
+        context = "context(req['model'], ctrl)" if _default(adapter, "context") else "adapter.context(req, ctrl)"
+        lines += [f"ctx = call.ctx = {context}",
+                  "faulted = fault.fault is not None",
+                  "if faulted:                     # a content fault changes what is said",
+                  "    script = fault.answer(script, req, ctx)",
+                  "plan = call.plan = " + ("plan_of(call, ctx, script)" if adapter.planner is None else
+                                           "planner(req, ctx, script)")]
         if self.limiter is not None:    # its cost, or 429
             lines.append("call.added = await pipeline.take(call, ctx.model, plan)")
-        if decided:
-            lines += ["if faulted:",
-                      "    plan = call.plan = fault.shape(plan)"]
-        return lines
+        return [*lines, "if faulted:", "    plan = call.plan = fault.shape(plan)"]
 
     # ---- stages too rare to be written into a lane -----------------------------------------
     async def slot(self, call: Call, plan, ctx) -> None:

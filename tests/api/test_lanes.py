@@ -1,6 +1,6 @@
-"""The pipeline's lanes (llmsim.api.pipeline): with no fault schedule, rates or scenario rules a
-request without llmsim headers takes the lane's first branch, which decides nothing; once a
-schedule is posted every request goes through the fault stage. Both answer the same bytes."""
+"""The pipeline's lanes (llmsim.api.pipeline): with no fault schedule or rates a request
+without a fault header takes NO_FAULT with no draw; once a schedule is posted the lanes are
+written again and every request draws. Both answer the same bytes, and both count."""
 from __future__ import annotations
 
 import httpx
@@ -29,4 +29,4 @@ def test_a_request_no_fault_can_reach_answers_as_one_the_fault_stage_passed(live
     assert _answers(quiet) == _answers(checked)
     counted = [httpx.get(server.url + "/llmsim/faults").json()["requests"]
                for server in (quiet, checked)]
-    assert counted == [4, 4]        # every generating request counted, whichever branch
+    assert counted == [4, 4]        # every generating request counted, whichever lane
