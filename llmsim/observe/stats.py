@@ -343,8 +343,23 @@ class Stats:
     def _stream_ended(self, m: ModelStats, ex: Exchange) -> int:
         """A stream's output, counted when it ends (`record` counted its request and prompt):
         what it sent (`sent`), so a stream its client left counts only that. Its tokens."""
-        plan, delay = ex.plan, ex.delay
-        out = sent(plan, ex.cut)
+        plan, delay, cut = ex.plan, ex.delay, ex.cut
+        if cut is None:                 # all of it sent (most streams): counted as `record` does
+            usage = plan.usage
+            reasoning = usage.reasoning_tokens
+            tokens = usage.total_tokens - usage.input_tokens
+            m.completion += tokens - reasoning
+            m.reasoning += reasoning
+            end = plan.end_at
+            if not end:
+                m.instant += 1
+            else:
+                m.ttft.observe(plan.first_token_at + delay)
+                m.e2e.observe(end + delay)
+                for times in plan.token_times():
+                    m.itl.observe_gaps(times)
+            return tokens
+        out = sent(plan, cut)
         m.completion += out.completion
         m.reasoning += out.reasoning
         if not plan.end_at:
