@@ -338,7 +338,8 @@ class Stats:
             ring.clear(j, second)
         ring.requests[j] += 1
         ring.tokens[j] += tokens
-        ring.errors[j] += failed
+        if failed:
+            ring.errors[j] += 1
 
     def _stream_ended(self, m: ModelStats, ex: Exchange) -> int:
         """A stream's output, counted when it ends (`record` counted its request and prompt):
@@ -386,14 +387,11 @@ class Stats:
         """A planned answer: tokens, simulated TTFT, gaps and duration, per model; `delay`:
         seconds before its clock started (the serving model's wait and prefill), in its TTFT."""
         ex = CURRENT.get()
-        turn = http = False
-        if ex is not None:
-            turn = ex.kind == WEBSOCKET
-            http = not turn and ex.plan is None                     # the request's first plan
-            if http:
-                ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
-                if delay:
-                    ex.delay = delay
+        http = ex is not None and ex.plan is None and ex.kind != WEBSOCKET     # the request's first plan
+        if http:
+            ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
+            if delay:
+                ex.delay = delay
         if not self.enabled:
             return
         m = self.models.get(plan.model)
@@ -426,7 +424,7 @@ class Stats:
             if stream:
                 self.active_streams += 1
         else:                                   # a WebSocket turn (or planned outside a request)
-            self.ws_turns += turn
+            self.ws_turns += ex is not None and ex.kind == WEBSOCKET
             self.ring.add(int(time.time()), 0, completion + reasoning, 0)
 
     @contextlib.contextmanager

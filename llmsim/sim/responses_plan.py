@@ -193,7 +193,9 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     # test, and most requests pass them all): images for a vision model, the context window,
     # effort for a model that does not reason, tools for a request naming none.
     rng, rules, model = ctx.rng, ctx.rules, ctx.model
-    turns = [*(history or ()), *inputs.responses_turns(body)]
+    turns = inputs.responses_turns(body)
+    if history:
+        turns = [*history, *turns]
     if not model.vision:
         inputs.check_vision(turns, model)
     input_tokens = inputs.count(turns, model.encoding)
