@@ -338,13 +338,29 @@ class Stats:
             ring.clear(j, second)
         ring.requests[j] += 1
         ring.tokens[j] += tokens
-        ring.errors[j] += failed
+        if failed:
+            ring.errors[j] += 1
 
     def _stream_ended(self, m: ModelStats, ex: Exchange) -> int:
         """A stream's output, counted when it ends (`record` counted its request and prompt):
         what it sent (`sent`), so a stream its client left counts only that. Its tokens."""
-        plan, delay = ex.plan, ex.delay
-        out = sent(plan, ex.cut)
+        plan, delay, cut = ex.plan, ex.delay, ex.cut
+        if cut is None:                 # all of it sent (most streams): counted as `record` does
+            usage = plan.usage
+            reasoning = usage.reasoning_tokens
+            tokens = usage.total_tokens - usage.input_tokens
+            m.completion += tokens - reasoning
+            m.reasoning += reasoning
+            end = plan.end_at
+            if not end:
+                m.instant += 1
+            else:
+                m.ttft.observe(plan.first_token_at + delay)
+                m.e2e.observe(end + delay)
+                for times in plan.token_times():
+                    m.itl.observe_gaps(times)
+            return tokens
+        out = sent(plan, cut)
         m.completion += out.completion
         m.reasoning += out.reasoning
         if not plan.end_at:
@@ -371,14 +387,11 @@ class Stats:
         """A planned answer: tokens, simulated TTFT, gaps and duration, per model; `delay`:
         seconds before its clock started (the serving model's wait and prefill), in its TTFT."""
         ex = CURRENT.get()
-        turn = http = False
-        if ex is not None:
-            turn = ex.kind == WEBSOCKET
-            http = not turn and ex.plan is None                     # the request's first plan
-            if http:
-                ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
-                if delay:
-                    ex.delay = delay
+        http = ex is not None and ex.plan is None and ex.kind != WEBSOCKET     # the request's first plan
+        if http:
+            ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
+            if delay:
+                ex.delay = delay
         if not self.enabled:
             return
         m = self.models.get(plan.model)
@@ -411,7 +424,7 @@ class Stats:
             if stream:
                 self.active_streams += 1
         else:                                   # a WebSocket turn (or planned outside a request)
-            self.ws_turns += turn
+            self.ws_turns += ex is not None and ex.kind == WEBSOCKET
             self.ring.add(int(time.time()), 0, completion + reasoning, 0)
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 import heapq
 import time
+from itertools import islice
 from typing import Any, Awaitable, Callable, Iterator
 
 from llmsim.errors import ConnectionDrop
@@ -21,7 +22,6 @@ from llmsim.errors import ConnectionDrop
 SLOT = 0.0001           # the finest slot of a Pacer (seconds): a clock finer than uvloop's
 MAX_BATCH = 256         # events written at most per step: what a stream owes after its client
                         # stopped reading goes out in writes this size, each waiting for the client
-BATCH = range(MAX_BATCH)    # (a step's loop counts its events for nothing)
 INFINITE = 2**63
 
 
@@ -118,21 +118,32 @@ class PacedStream:
         batch: list = []
         batch_due = due = None
         ending: BaseException | None = None         # the stream ends (None: the items ran out)
-        start, timed = self.start, self.timed
+        start, timed, pair = self.start, self.timed, self.pending
         try:
-            pair = self.pending if self.pending is not None else next(timed)
-            for _ in BATCH:
+            if pair is not None:                    # the pair found not yet due last time
                 due = start + pair[0]
-                if due > now:
-                    self.pending = pair
-                    break
-                if batch_due is None:
+                if due <= now:
                     batch_due = due
-                batch.append(pair[1])
-                pair = next(timed)
-            else:       # far behind (its client stopped reading): the rest in later writes, as it reads
-                self.pending = pair
-                due = start + pair[0]
+                    batch.append(pair[1])
+                    pair = self.pending = None
+            if pair is None:
+                add = batch.append
+                # a `for` over the items, not next() per item (the loop runs once per event);
+                # islice caps the batch (docs/performance.md, "What is kept for speed")
+                for pair in islice(timed, MAX_BATCH - len(batch)):
+                    due = start + pair[0]
+                    if due > now:
+                        self.pending = pair
+                        break
+                    if batch_due is None:
+                        batch_due = due
+                    add(pair[1])
+                else:
+                    if len(batch) < MAX_BATCH:      # the items ran out
+                        due = None
+                    else:   # far behind (its client stopped reading): the rest in later writes, as it reads
+                        pair = self.pending = next(timed)
+                        due = start + pair[0]
         except StopIteration:
             self.pending = due = None
         except ConnectionDrop as drop:      # a drop still sends what was due before it

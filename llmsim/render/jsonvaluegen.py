@@ -133,6 +133,8 @@ class ValueCodegen:
         echoed = echoed_with_default(code)
         if echoed is not None:              # usually absent: the default without `given`
             got, default = echoed
+            if default == b"null":          # `.get(...)` gives None itself
+                return Value(got)
             v = self._local()
             return Value(f"({self._constant(orjson.loads(default))} if ({v} := {got}) is None else {v})")
         return Value(code)

@@ -186,10 +186,11 @@ class StepCodegen:
             begins = len(lines)
             lines.append(f"{pad}{inner} = {{**{whole}}}")
             target = ", ".join(bound[name] for name in names)
+            self._call("_items", source, ctx, pad, lines, held)     # (its code in place)
             if index:
-                lines.append(f"{pad}for {bound[index]}, ({target}) in enumerate({self._ref(source)}({whole})):")
+                lines.append(f"{pad}for {bound[index]}, ({target}) in enumerate(_items):")
             else:
-                lines.append(f"{pad}for {target} in {self._ref(source)}({whole}):")
+                lines.append(f"{pad}for {target} in _items:")
             if _controls(step.get("steps", [])):    # read whole in every run: stored at once
                 lines += [f"{pad}    {inner}[{name!r}] = {local}" for name, local in bound.items()]
             else:
@@ -203,7 +204,8 @@ class StepCodegen:
             return
         if "if" in step:
             test = compiler.fast(step["if"], f"{where}.if")
-            lines.append(f"{pad}if {self._ref(test)}({self._whole(ctx)}):")
+            self._call("_test", test, ctx, pad, lines, held)       # (its code in place)
+            lines.append(f"{pad}if _test:")
             self._block(step.get("steps", []), f"{where}.steps", ctx, depth + 1, lines, loops, held)
             if step.get("else"):
                 lines.append(f"{pad}else:")

@@ -10,6 +10,7 @@ token (or tool-call start and argument fragment), and a finish chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, NamedTuple
 
@@ -112,30 +113,34 @@ class ChatPlan(steps.Choices):     # (the Plan protocol: finish_reason content_f
     @property
     def throughput_after_first_token(self) -> float | None:
         """Simulated tokens per second after the first one (None when all came at once)."""
+        span = self.end_at - self.first_token_at
+        if not span > 0:                # (an instant answer: nothing to count)
+            return None
         choices = self.choices
         later = (choices[0].visible_tokens if len(choices) == 1       # (no generator to run)
                  else sum([c.visible_tokens for c in choices])) - 1
-        span = self.end_at - self.first_token_at
-        return round(later / span, 3) if later > 0 and span > 0 else None
+        return round(later / span, 3) if later > 0 else None
 
 
 def check_messages(messages: list[dict]) -> None:
     """What the request schema cannot say: per-role required fields and content part types."""
     for i, message in enumerate(messages):
-        role, where = message["role"], f"messages[{i}]"
+        role = message["role"]
         for name in REQUIRED_FIELDS[role]:
             if message.get(name) is None:
+                where = f"messages[{i}]"
                 raise InvalidRequestError(f"Missing required parameter: '{where}.{name}'.",
                                           param=f"{where}.{name}", code="missing_required_parameter")
         if role == "assistant" and message.get("content") is None and not (
                 message.get("tool_calls") or message.get("function_call") or message.get("refusal")):
+            where = f"messages[{i}]"
             raise InvalidRequestError(
                 f"Missing required parameter: '{where}.content' (or '{where}.tool_calls').",
                 param=f"{where}.content", code="missing_required_parameter")
         content = message.get("content")
         if not isinstance(content, list):
             continue
-        allowed = PART_TYPES[role]
+        allowed, where = PART_TYPES[role], f"messages[{i}]"
         for j, part in enumerate(content):
             kind, at = part["type"], f"{where}.content[{j}]"
             if kind not in allowed:
@@ -175,9 +180,9 @@ def plan_chat(body: dict, ctx: Context, script: Answer | None = None,
     effort = steps.effort(ctx, body.get("reasoning_effort"), "reasoning_effort") if model.reasons else None
     tools = body.get("tools") or body.get("tool_choice") is not None
     tool_req = toolcalls.chat_request(body) if tools else None
-    last_role = turns[-1].role if turns else None
+    last_role = turns[-1].role if tool_req is not None and turns else None     # (read only with tools)
     stops = steps.stop_list(stop) if (stop := body.get("stop")) else []
-    schema = structured.chat_schema(body)
+    schema = structured.chat_schema(body) if "response_format" in body else None
     sampling = (vllm.sampling(body, cap if cap is not None else model.max_output_tokens)
                 if ctx.settings.compat == "vllm" else None)
     choices = []
@@ -222,7 +227,10 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
     `script`: what the choice says instead (llmsim.sim.scenarios.Answer); `sampling`: vLLM's
     answer-changing parameters (--compat vllm)."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
-    names, calls, text = steps.said(ctx, tool_req, last_role, turns, schema, script)
+    if tool_req is None and script is None:       # (most requests: generated text, as `said` says)
+        names, text = None, steps.visible_text(ctx, turns, None, schema)
+    else:
+        names, calls, text = steps.said(ctx, tool_req, last_role, turns, schema, script)
     if names:
         wanted = sum(c.tokens for c in calls)
     else:
@@ -232,7 +240,9 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
             text = steps.stop(text, stops, enc)
         wanted = text.tokens
     reasoning = ctx.rules.tokens(effort, wanted) if effort is not None else 0
-    reasoning, room = steps.within_cap(reasoning, cap, s.usage == "openai")  # (it spends the cap first)
+    room = cap
+    if cap is not None:         # (it spends the cap first)
+        reasoning, room = steps.within_cap(reasoning, cap, s.usage == "openai")
     if names:
         if room is not None and wanted > room:
             calls = toolcalls.fit(calls, room, enc)
@@ -266,13 +276,14 @@ def text_chunks(choice: Choice) -> Iterator[tuple]:
     """A choice without tool calls, chunk by chunk (`Chunk`'s fields): role, content (times
     only grow), finish."""
     yield "role", choice, choice.first_at, "", None, 0, None
+    # zip makes each token's chunk (no Python step per token: the stream's hottest loop)
     if choice.logprobs is None:
         kind = "content" if choice.refusal is None else "refusal"
-        for text, at in zip(choice.pieces, choice.times):
-            yield kind, choice, at, text, None, 0, None
+        yield from zip(repeat(kind), repeat(choice), choice.times, choice.pieces, repeat(None), repeat(0),
+                       repeat(None))
     else:
-        for text, at, entry in zip(choice.pieces, choice.times, choice.logprobs):
-            yield "content_logprobs", choice, at, text, None, 0, entry
+        yield from zip(repeat("content_logprobs"), repeat(choice), choice.times, choice.pieces, repeat(None),
+                       repeat(0), choice.logprobs)
     yield "finish", choice, choice.end_at, "", None, 0, None
 
 

@@ -87,7 +87,11 @@ def chat_turns(messages: list[dict]) -> list[Turn]:
         where = f"messages[{i}]"
         turn = Turn(message["role"], name=message.get("name"), path=where,
                     call_id=message.get("tool_call_id"))
-        content_texts(message.get("content"), turn, f"{where}.content")
+        content = message.get("content")
+        if content.__class__ is str:        # (most messages: content_texts' first case, without its call)
+            turn.texts.append(content)
+        else:
+            content_texts(content, turn, f"{where}.content")
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
             turn.texts += [fn.get("name", ""), fn.get("arguments", "")]

@@ -193,7 +193,9 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
     # test, and most requests pass them all): images for a vision model, the context window,
     # effort for a model that does not reason, tools for a request naming none.
     rng, rules, model = ctx.rng, ctx.rules, ctx.model
-    turns = [*(history or ()), *inputs.responses_turns(body)]
+    turns = inputs.responses_turns(body)
+    if history:
+        turns = [*history, *turns]
     if not model.vision:
         inputs.check_vision(turns, model)
     input_tokens = inputs.count(turns, model.encoding)
@@ -208,20 +210,21 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
         usage = Usage.make(input_tokens, 0, 0, ctx.settings.usage)
         return Plan(ctx.ids.make("response", rng), ctx.created_at, body["model"], body, [], usage,
                     "completed", None, 0.0, 0.0, effort)
-    last_role = turns[-1].role if turns else None
-    decision = builtins.choose(body, tool_req, rng, ctx.settings.tool_call_probability,
-                               last_role) if tools and script is None else None
-    builtin = decision if isinstance(decision, dict) else None
-    names = None
-    if decision is None or decision == builtins.FUNCTION:   # FUNCTION: a call is already decided
-        probability = 1.0 if decision else ctx.settings.tool_call_probability
-        names = toolcalls.choose(tool_req, rng, probability, last_role) if tools and script is None else None
+    names = builtin = None
+    if tools and script is None:
+        last_role = turns[-1].role if turns else None
+        decision = builtins.choose(body, tool_req, rng, ctx.settings.tool_call_probability, last_role)
+        builtin = decision if isinstance(decision, dict) else None
+        if decision is None or decision == builtins.FUNCTION:   # FUNCTION: a call is already decided
+            probability = 1.0 if decision else ctx.settings.tool_call_probability
+            names = toolcalls.choose(tool_req, rng, probability, last_role)
     if script is not None and script.calls:
         return _plan_calls(body, ctx, steps.script_calls(script, ctx), input_tokens, cap, effort)
     if names:
         return _plan_calls(body, ctx, toolcalls.make_calls(names, tool_req, rng, model.encoding, ctx.ids),
                            input_tokens, cap, effort)
-    text = (steps.visible_text(ctx, turns, cap, structured.responses_schema(body)) if script is None
+    schema = structured.responses_schema(body) if "text" in body else None
+    text = (steps.visible_text(ctx, turns, cap, schema) if script is None
             else steps.scripted_text(script, cap, model.encoding))
     reasoning_tokens = rules.tokens(effort, text.tokens) if effort is not None else 0
     sched = latency.schedule(ctx.profile, rng, reasoning_tokens, len(text.pieces))
@@ -233,7 +236,7 @@ def plan_response(body: dict, ctx: Context, history: list[inputs.Turn] | None = 
                           sched.reasoning_end, "incomplete" if text.truncated else "completed")
     if script is not None and script.refusal:
         message.kind = "refusal"            # a message whose content is a refusal part
-    if LOGPROBS in (body.get("include") or ()):
+    if "include" in body and LOGPROBS in (body["include"] or ()):
         message.logprobs = logprobs.make(text.pieces, body.get("top_logprobs") or 0,
                                          body.get("temperature"), rng, model.encoding)
     output.append(message)
