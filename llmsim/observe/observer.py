@@ -19,9 +19,9 @@ from time import perf_counter
 from typing import Protocol
 
 from llmsim.observe.requestlog import AccessLog, Trace
-from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats
+from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
 from llmsim.observe.tracing import create as create_tracing
-from llmsim.render.jsonbytes import SMALL_INTS, decimal
+from llmsim.render.jsonbytes import decimal
 
 API_PREFIXES = ("/openai/v1/", "/v1/")     # the default base paths' (settings.base_paths)
 ENDPOINTS = {"responses": "responses", "chat": "chat", "models": "models",
@@ -134,19 +134,14 @@ class Observer:
     def headers(self, ex: Exchange, status: int) -> list[tuple[bytes, bytes]]:
         """The response starts with `status`: the headers the observer adds to it."""
         ex.status = status
-        # decimal and _ms written in place (their table, else the call): two to five per
-        # answer (docs/performance.md, "What is kept for speed")
-        ms = int((perf_counter() - ex.start) * 1000)
-        added = [(REQUEST_ID, ex.id.encode("latin-1")), (PROCESSING_MS, SMALL_INTS[ms] if 0 <= ms < 4096 else decimal(ms))]
+        added = [(REQUEST_ID, ex.id.encode("latin-1")),
+                 (PROCESSING_MS, decimal(int((perf_counter() - ex.start) * 1000)))]
         plan = ex.plan
         if plan is not None:
             delay = ex.delay            # the serving model's wait and prefill
-            ttft, duration = plan.first_token_at + delay, plan.end_at + delay
-            usage = plan.usage          # its visible completion tokens (stats.output_tokens, without its call)
-            tokens = usage.total_tokens - usage.input_tokens - usage.reasoning_tokens
-            added += ((b"x-llmsim-ttft-ms", _MS.get(ttft) or _ms(ttft)),
-                      (b"x-llmsim-duration-ms", _MS.get(duration) or _ms(duration)),
-                      (b"x-llmsim-tokens", SMALL_INTS[tokens] if 0 <= tokens < 4096 else decimal(tokens)))
+            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at + delay)),
+                      (b"x-llmsim-duration-ms", _ms(plan.end_at + delay)),
+                      (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
         return added
 
     def end(self, ex: Exchange) -> None:

@@ -48,7 +48,7 @@ class Drain:
         self.loop, self.timeout = asyncio.get_running_loop(), timeout
         self._cancel_ending()               # (a shutdown of an earlier lifespan: not this one's)
         self.begun = self.ended = False
-        self.pacers.serving()
+        self.pacers.serving(self.loop)
         self.sleepers.clear()
         self.late_sleepers.clear()
         if threading.current_thread() is not threading.main_thread():
@@ -67,6 +67,7 @@ class Drain:
         if self.begun and self.timeout is not None and self.loop is not None and not self.loop.is_closed():
             self.end()
         self._cancel_ending()
+        self.pacers.stopped()
         for sig, handler in list(self._wrapped.items()):
             if signal.getsignal(sig) == self._on_signal:
                 signal.signal(sig, handler)

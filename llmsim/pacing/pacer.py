@@ -332,12 +332,17 @@ class Pacers:
     def __init__(self):
         self.by_loop: dict = {}
         self.last: Pacer | None = None      # the one `get` returned last
+        self.loop: asyncio.AbstractEventLoop | None = None     # the loop the app serves on, while it does
 
-    def serving(self) -> None:
-        """The app starts serving (its lifespan): a shutdown before, on the same loop, no
-        longer ends the streams it paces (`Pacer.ended`)."""
+    def serving(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """The app starts serving (its lifespan) on `loop`: a shutdown before, on the same loop,
+        no longer ends the streams it paces (`Pacer.ended`)."""
+        self.loop = loop
         for pacer in self.by_loop.values():
             pacer.ended = False
+
+    def stopped(self) -> None:
+        self.loop = None
 
     def catch_up(self) -> None:
         """As each request starts and ends (llmsim.observe.observer): `Pacer.catch_up` of the running
@@ -348,8 +353,11 @@ class Pacers:
         begins, and when the step ends it sleeps until its next timer counting from that
         reading: after a step that handled a long burst of requests, every timer would fire
         that much late, the first tokens of a thousand paced streams with it (bench/RESULTS.md,
-        "uvloop's cached clock")."""
-        loop = asyncio.get_running_loop()
+        "uvloop's cached clock").
+
+        The loop is the one the app serves on (asking asyncio for the running loop costs a
+        getpid system call in CPython 3.11: two a request); else, without a lifespan, the running one."""
+        loop = self.loop or asyncio.get_running_loop()
         now = loop.time()
         pacer = self.last
         if pacer is not None and pacer.ticks and pacer.loop is loop:

@@ -227,10 +227,7 @@ def plan_choice(index: int, ctx: Context, turns: list, cap: int | None, effort: 
     `script`: what the choice says instead (llmsim.sim.scenarios.Answer); `sampling`: vLLM's
     answer-changing parameters (--compat vllm)."""
     rng, enc, s = ctx.rng, ctx.model.encoding, ctx.settings
-    if tool_req is None and script is None:       # (most requests: generated text, as `said` says)
-        names, text = None, steps.visible_text(ctx, turns, None, schema)
-    else:
-        names, calls, text = steps.said(ctx, tool_req, last_role, turns, schema, script)
+    names, calls, text = steps.said(ctx, tool_req, last_role, turns, schema, script)
     if names:
         wanted = sum(c.tokens for c in calls)
     else:

@@ -81,15 +81,15 @@ def said(ctx: Context, tool_req: toolcalls.ToolRequest | None, last_role: str | 
     """What one answer says, before stops and caps: (names, calls, text), `names` the functions
     called (a script's, or drawn when the request names tools), else `text` (generated to fit
     `schema`, or the script's)."""
-    enc = ctx.model.encoding
-    if script is not None and script.calls:
+    if script is None:
+        if tool_req:
+            names = toolcalls.choose(tool_req, ctx.rng, ctx.settings.tool_call_probability, last_role)
+            if names:
+                return names, toolcalls.make_calls(names, tool_req, ctx.rng, ctx.model.encoding, ctx.ids), None
+        return None, None, visible_text(ctx, turns, None, schema)
+    if script.calls:
         return [name for name, _ in script.calls], script_calls(script, ctx), None
-    names = (toolcalls.choose(tool_req, ctx.rng, ctx.settings.tool_call_probability, last_role)
-             if tool_req and script is None else None)
-    if names:
-        return names, toolcalls.make_calls(names, tool_req, ctx.rng, enc, ctx.ids), None
-    text = visible_text(ctx, turns, None, schema) if script is None else scripted_text(script, None, enc)
-    return None, None, text
+    return None, None, scripted_text(script, None, ctx.model.encoding)
 
 
 def script_calls(script: Answer | None, ctx: Context) -> list[toolcalls.FunctionCall] | None:
