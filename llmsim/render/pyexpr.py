@@ -184,11 +184,24 @@ class _Locals(ast.NodeTransformer):
     except where a missing value may be passed without error (`tolerant`): the arguments of
     a call (`given(...)`, `dict(...)`), the operand of a test (`is none`, `is defined`), an
     element of a list, tuple or dict. There `_attr` gives the Undefined the rule gives; in
-    place, `v['b']` or `v.b` raises, where using the Undefined would raise too."""
+    place, `v['b']` or `v.b` raises, where using the Undefined would raise too. `a.b.c` holds
+    `a.b` in a temporary (not in a comprehension's iterable); `v.b is none` reads `b` in place,
+    a missing one `_Undefined` (not none, as the rule's Undefined)."""
 
     def __init__(self, names: set[str]):
         self.names = names
         self.tolerant = 0
+        self.iterable = 0           # inside a comprehension's iterable, where `:=` may not stand
+
+    def visit_comprehension(self, node: ast.comprehension):
+        node.target = self.visit(node.target)
+        self.iterable += 1
+        try:
+            node.iter = self.visit(node.iter)
+        finally:
+            self.iterable -= 1
+        node.ifs = [self.visit(test) for test in node.ifs]
+        return node
 
     def _tolerant(self, node: ast.AST) -> ast.AST:
         self.tolerant += 1
@@ -201,6 +214,11 @@ class _Locals(ast.NodeTransformer):
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):     # `x is none`
             node.left = self._tolerant(node.left)
             node.comparators = [self.visit(c) for c in node.comparators]
+            left, right = node.left, node.comparators[0]
+            if isinstance(right, ast.Constant) and right.value is None and isinstance(left, ast.Call) \
+                    and isinstance(left.func, ast.Name) and left.func.id == "_attr" \
+                    and isinstance(left.args[0], ast.Name) and left.args[1].value != "get":
+                node.left = ast.copy_location(_present_or_not_none(left.args[0].id, left.args[1].value), left)
             return node
         return self.generic_visit(node)
 
@@ -236,9 +254,15 @@ class _Locals(ast.NodeTransformer):
         if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "_attr" \
                 and func.args[1].value == "get":                      # _attr(a, 'get')(k) -> a.get(k)
             node.func = ast.Attribute(func.args[0], "get", ast.Load())
-        elif isinstance(func, ast.Name) and func.id == "_attr" and isinstance(node.args[0], ast.Name) \
-                and node.args[1].value != "get" and not self.tolerant:
-            return ast.copy_location(_item_or_attribute(node.args[0].id, node.args[1].value), node)
+        elif isinstance(func, ast.Name) and func.id == "_attr" and node.args[1].value != "get" and not self.tolerant:
+            held = node.args[0]
+            if isinstance(held, ast.Name):
+                return ast.copy_location(_item_or_attribute(held.id, node.args[1].value), node)
+            if not self.iterable:       # `a.b.c`: `a.b` held in a temporary, then read in place
+                temp = f"_a{next(_GIVEN_TEMPS)}"
+                inline = _item_or_attribute(temp, node.args[1].value)
+                inline.test.left.value = ast.NamedExpr(ast.Name(temp, ast.Store()), held)
+                return ast.copy_location(inline, node)
         return node
 
 
@@ -251,6 +275,16 @@ def _item_or_attribute(name: str, attr: str) -> ast.expr:
                                  [ast.Name("dict", ast.Load())]),
                      ast.Subscript(var, ast.Constant(attr), ast.Load()),
                      ast.Attribute(var, attr, ast.Load()))
+
+
+def _present_or_not_none(name: str, attr: str) -> ast.expr:
+    """`_attr(x, 'a')` of a variable compared with None, in place: `x`'s `a`, or `_Undefined`
+    (not None, as the Undefined `_attr` gives) when it has none."""
+    var, missing = ast.Name(name, ast.Load()), ast.Name("_Undefined", ast.Load())
+    return ast.IfExp(ast.Compare(ast.Attribute(var, "__class__", ast.Load()), [ast.Is()],
+                                 [ast.Name("dict", ast.Load())]),
+                     ast.Call(ast.Attribute(var, "get", ast.Load()), [ast.Constant(attr), missing], []),
+                     ast.Call(ast.Name("getattr", ast.Load()), [var, ast.Constant(attr), missing], []))
 
 
 def _rewrite(source: str, global_names: set[str]) -> ast.expr | None:

@@ -526,3 +526,29 @@ stream:
     assert t.body_json(**ctx) == dumps(t.body(**ctx))
     assert orjson.loads(t.body_json(**ctx)) == {"xs": [1, 2], "items": [{}, 1]}
     assert [e.json for e in t.events(**ctx)] == [b'{"xs":[1,2]}']
+
+
+def test_dotted_reads_and_none_tests_written_in_place_read_as_the_lookup_rule(compile_one):
+    """`x.a is none` and `x.b.c`, which generated code reads in place (no lookup call), give
+    what the lookup rule gives: a dict's key or an object's attribute, and a missing one is
+    Undefined (not none) for the test."""
+    t = compile_one("""
+body:
+  none: "{{ x.a is none }}"
+  some: "{{ x.a is not none }}"
+  deep: "{{ x.b.c }}"
+""")
+
+    class Holder:
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+    cases = [{"a": None, "b": {"c": 1}}, {"a": 2, "b": {"c": [3]}}, {"b": {"c": "s"}},
+             Holder(a=None, b=Holder(c=4)), Holder(b={"c": 5})]
+    seen = []
+    for x in cases:
+        written = t.body_json(x=x)
+        assert written == dumps(t.body(x=x))
+        seen.append(orjson.loads(written))
+    assert [(s["none"], s["some"]) for s in seen] == [(True, False), (False, True), (False, True),
+                                                      (True, False), (False, True)]
+    assert [s["deep"] for s in seen] == [1, [3], "s", 4, 5]
