@@ -67,16 +67,19 @@ def count(path: str, body: bytes, flags: tuple[str, ...] = (), n: int = 200, war
     return int(found.group(1)) / n
 
 
-def _under_wrk(port: int, path: str, body: bytes, proc, connections: int, seconds: float, warm_up: int) -> int:
-    """Count while wrk keeps `connections` connections busy; the requests it completed."""
+def _under_wrk(port: int, path: str, body: bytes, proc, connections: int, seconds: float, warm_up: int,
+               switch=None) -> int:
+    """Count while wrk keeps `connections` connections busy; the requests it completed.
+    `switch(proc, "on" | "off")` turns counting on and off (default: callgrind's)."""
+    switch = switch or _instrument
     body_file = Path(tempfile.mkdtemp(prefix="instructions-")) / "body.json"
     body_file.write_bytes(body)
     url = f"http://127.0.0.1:{port}{path}"
     options = dict(threads=1, connections=connections, timeout=60)
     wrkrun.run(url, body_file, duration=max(2.0, warm_up / 25))
-    _instrument(proc.pid, "on")
+    switch(proc, "on")
     result = wrkrun.run(url, body_file, duration=seconds, **options)
-    _instrument(proc.pid, "off")
+    switch(proc, "off")
     done = result.counts.get("requests")
     errors = sum(result.counts.get(k, 0) for k in ("status_errors", "read_errors", "timeouts", "connect_errors"))
     if not done or errors:
@@ -85,8 +88,10 @@ def _under_wrk(port: int, path: str, body: bytes, proc, connections: int, second
     return done
 
 
-def _one_by_one(conn, path: str, body: bytes, proc, n: int, warm_up: int) -> None:
-    """Count `n` requests sent one after another on a keep-alive connection."""
+def _one_by_one(conn, path: str, body: bytes, proc, n: int, warm_up: int, switch=None) -> None:
+    """Count `n` requests sent one after another on a keep-alive connection (`switch`: as
+    `_under_wrk`'s)."""
+    switch = switch or _instrument
     def send(times: int) -> None:
         for _ in range(times):
             conn.request("POST", path, body, {"content-type": "application/json"})
@@ -95,13 +100,13 @@ def _one_by_one(conn, path: str, body: bytes, proc, n: int, warm_up: int) -> Non
             if answer.status != 200:
                 raise SystemExit(f"POST {path}: the server answered {answer.status}")
     send(warm_up)
-    _instrument(proc.pid, "on")
+    switch(proc, "on")
     send(n)
-    _instrument(proc.pid, "off")
+    switch(proc, "off")
 
 
-def _instrument(pid: int, state: str) -> None:
-    subprocess.run(["callgrind_control", "-i", state, str(pid)], capture_output=True, check=True)
+def _instrument(proc, state: str) -> None:
+    subprocess.run(["callgrind_control", "-i", state, str(proc.pid)], capture_output=True, check=True)
 
 
 def _connect(port: int, proc) -> http.client.HTTPConnection:
@@ -109,7 +114,7 @@ def _connect(port: int, proc) -> http.client.HTTPConnection:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit("llmsim under valgrind exited at start-up")
+            raise SystemExit("llmsim exited at start-up")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             conn.request("GET", "/health")
@@ -120,27 +125,38 @@ def _connect(port: int, proc) -> http.client.HTTPConnection:
     raise SystemExit("llmsim under valgrind did not start in 300 s")
 
 
-def main() -> None:
+def command_line(doc: str, seconds: float, more=None):
+    """(args, serve flags, sides) of a per-request counter's command line (this script's and
+    bench/opcodes.py's): the workloads, --n, --connections, --seconds, --baseline, what `more`
+    adds, and the flags after `--` for `llmsim serve`; sides: (name, python, repo) to count."""
     argv = sys.argv[1:]
     serve_flags = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*", help="some of W1 W2 W3 W4 (default: all)")
-    p.add_argument("--n", type=int, default=200, help="requests counted per workload")
+    p.add_argument("--n", type=int, default=200, help="requests counted per workload (one connection)")
     p.add_argument("--connections", type=int, default=1, help="above 1: count under wrk with this many connections")
-    p.add_argument("--seconds", type=float, default=30, help="with --connections: wrk's seconds")
+    p.add_argument("--seconds", type=float, default=seconds, help="with --connections: wrk's seconds")
     p.add_argument("--baseline", metavar="REV", help="also count this earlier commit (bench/baseline.py)")
-    p.add_argument("--out", help="callgrind output file prefix (default: none written), for callgrind_annotate")
+    if more is not None:
+        more(p)
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    if not available():
-        p.error("needs valgrind and callgrind_control on PATH (apt-get install valgrind)")
     unknown = set(args.workloads) - set(perf.WRK)
     if unknown:
         p.error(f"unknown workload(s) {', '.join(sorted(unknown))}; known: {', '.join(perf.WRK)}")
+    args.workloads = args.workloads or list(perf.WRK)
     sides = [("current", sys.executable, servers.REPO)]
     if args.baseline:
         b = baseline.prepare(args.baseline)
         sides.append((args.baseline, b.python, b.src))
-    for name in args.workloads or perf.WRK:
+    return args, serve_flags, sides
+
+
+def main() -> None:
+    if not available():
+        raise SystemExit("needs valgrind and callgrind_control on PATH (apt-get install valgrind)")
+    args, serve_flags, sides = command_line(__doc__, 30, lambda p: p.add_argument(
+        "--out", help="callgrind output file prefix (default: none written), for callgrind_annotate"))
+    for name in args.workloads:
         title, path, stream, _ = perf.WRK[name]
         body = json.dumps(perf.body(path, MODEL, stream)).encode()
         found = []

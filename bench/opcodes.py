@@ -11,7 +11,6 @@ docs/benchmarks.md#benchopcodes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -25,11 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import baseline  # noqa: E402
 import instructions  # noqa: E402
 import perf  # noqa: E402
 import servers  # noqa: E402
-import wrkrun  # noqa: E402
 
 # Run in the server's process: SIGUSR1 starts counting, SIGUSR2 stops and writes the counts.
 TRACER = r"""
@@ -76,9 +73,9 @@ def count(path: str, body: bytes, flags: tuple[str, ...] = (), n: int = 200, war
         conn = instructions._connect(port, proc)
         if connections > 1:
             conn.close()
-            n = _under_wrk(port, path, body, proc, connections, seconds, warm_up)
+            n = instructions._under_wrk(port, path, body, proc, connections, seconds, warm_up, _switch)
         else:
-            _one_by_one(conn, path, body, proc, n, warm_up)
+            instructions._one_by_one(conn, path, body, proc, n, warm_up, _switch)
         deadline = time.monotonic() + 30
         while not out.exists() or not out.stat().st_size:
             if time.monotonic() > deadline:
@@ -94,34 +91,11 @@ def count(path: str, body: bytes, flags: tuple[str, ...] = (), n: int = 200, war
         proc.communicate(timeout=60)
 
 
-def _one_by_one(conn, path: str, body: bytes, proc, n: int, warm_up: int) -> None:
-    def send(times: int) -> None:
-        for _ in range(times):
-            conn.request("POST", path, body, {"content-type": "application/json"})
-            answer = conn.getresponse()
-            answer.read()
-            if answer.status != 200:
-                raise SystemExit(f"POST {path}: the server answered {answer.status}")
-    send(warm_up)
-    proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.2)
-    send(n)
-    proc.send_signal(signal.SIGUSR2)
-
-
-def _under_wrk(port: int, path: str, body: bytes, proc, connections: int, seconds: float, warm_up: int) -> int:
-    body_file = Path(tempfile.mkdtemp(prefix="opcodes-")) / "body.json"
-    body_file.write_bytes(body)
-    url = f"http://127.0.0.1:{port}{path}"
-    wrkrun.run(url, body_file, duration=2.0)
-    proc.send_signal(signal.SIGUSR1)
-    result = wrkrun.run(url, body_file, duration=seconds, threads=1, connections=connections, timeout=60)
-    proc.send_signal(signal.SIGUSR2)
-    done = result.counts.get("requests")
-    errors = sum(result.counts.get(k, 0) for k in ("status_errors", "read_errors", "timeouts", "connect_errors"))
-    if not done or errors:
-        raise SystemExit(f"wrk against the traced server: {done} requests, {errors} errors\n" + result.output[-1500:])
-    return done
+def _switch(proc, state: str) -> None:
+    """Counting on (SIGUSR1) or off, the counts written (SIGUSR2)."""
+    proc.send_signal(signal.SIGUSR1 if state == "on" else signal.SIGUSR2)
+    if state == "on":
+        time.sleep(0.2)
 
 
 def table(found: list[dict[str, float]], sides: list[str], top: int) -> list[str]:
@@ -138,26 +112,12 @@ def table(found: list[dict[str, float]], sides: list[str], top: int) -> list[str
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    serve_flags = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workloads", nargs="*", help="some of W1 W2 W3 W4 (default: all)")
-    p.add_argument("--n", type=int, default=200, help="requests counted per workload (one connection)")
-    p.add_argument("--connections", type=int, default=1, help="above 1: count under wrk with this many connections")
-    p.add_argument("--seconds", type=float, default=10, help="with --connections: wrk's seconds")
-    p.add_argument("--baseline", metavar="REV", help="also count this earlier commit (bench/baseline.py)")
-    p.add_argument("--top", type=int, default=25, help="functions listed per workload")
-    p.add_argument("--json", metavar="FILE", help="write every count, by workload and side, here")
-    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    unknown = set(args.workloads) - set(perf.WRK)
-    if unknown:
-        p.error(f"unknown workload(s) {', '.join(sorted(unknown))}; known: {', '.join(perf.WRK)}")
-    sides = [("current", sys.executable, servers.REPO)]
-    if args.baseline:
-        b = baseline.prepare(args.baseline)
-        sides.append((args.baseline, b.python, b.src))
+    def more(p) -> None:
+        p.add_argument("--top", type=int, default=25, help="functions listed per workload")
+        p.add_argument("--json", metavar="FILE", help="write every count, by workload and side, here")
+    args, serve_flags, sides = instructions.command_line(__doc__, 10, more)
     everything = {}
-    for name in args.workloads or perf.WRK:
+    for name in args.workloads:
         title, path, stream, _ = perf.WRK[name]
         body = json.dumps(perf.body(path, instructions.MODEL, stream)).encode()
         found = [count(path, body, serve_flags, args.n, python=python, repo=repo,
