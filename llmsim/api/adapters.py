@@ -18,7 +18,7 @@ from llmsim.sim import (anthropic_plan, chat_plan, compaction, completions_plan,
 from llmsim.sim import responses_plan as planning
 from llmsim.sim.responses_plan import Context
 from llmsim.state.chats import ChatStore
-from llmsim.state.responses import Replay
+from llmsim.state.responses import Replay, wants_store
 
 MARKED_ENTRIES = 10_000          # marked prefixes a model's prefix cache keeps (least recently used go)
 
@@ -42,7 +42,6 @@ class Adapter:
     def __init__(self, simulator: Simulator):
         self.simulator = simulator
         self.template = simulator.templates[self.template_name]
-        self.instant = simulator.clock.realtime     # an answer due at once waits for nothing (`answer.wait`)
 
     # -- reading the request --
     def model(self, req: dict) -> str:
@@ -120,7 +119,7 @@ class Responses(Adapter):
 
     async def deliver(self, call):
         body, plan, state = call.req, call.plan, self.state
-        store = body.get("store") is not False      # (wants_store)
+        store = wants_store(body)
         own = state.input_items(body, call.ctx.rng) if store else []
         if body.get("background"):
             events = call.fault.marked(self.template, plan=plan, req=body)   # (the job reads their roles)
@@ -134,8 +133,8 @@ class Responses(Adapter):
                 replay = None if fault.cuts_stream else Replay(self.template, plan, body)
                 chunks = state.record_stream(chunks, body, call.prior, own, replay)
             return transport.SSEResponse(chunks)
-        if plan.end_at or call.ticket is not None or not self.instant:
-            await answer.wait(self.simulator, plan, call.start, call.ticket)
+        if (waiting := answer.wait(self.simulator, plan, call.start, call.ticket)) is not None:
+            await waiting
         content = self.template.body_json(plan=plan, req=body)
         if store:                       # the store keeps these bytes (at once in a store that can)
             prior = call.prior
@@ -173,8 +172,8 @@ class Chat(Adapter):
                 await self.stored.save(body, self.template.body_json(plan=plan, req=body))
             return transport.SSEResponse(answer.events(self.simulator, fault.frames(self.template, plan=plan, req=body),
                                                        call.start, call.ticket))
-        if plan.end_at or call.ticket is not None or not self.instant:
-            await answer.wait(self.simulator, plan, call.start, call.ticket)
+        if (waiting := answer.wait(self.simulator, plan, call.start, call.ticket)) is not None:
+            await waiting
         content = self.template.body_json(plan=plan, req=body)
         if body.get("store"):
             await self.stored.save(body, content)

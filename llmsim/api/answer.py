@@ -25,18 +25,22 @@ def events(simulator: Simulator, frames, start: float, ticket=None) -> transport
     return paced
 
 
-async def wait(simulator: Simulator, plan, start: float, ticket=None) -> None:
-    """Wait until a whole answer's end (`plan.end_at`, slowed by the load with a `ticket`,
-    whose slot it then gives back). Called unless the answer is due at once on the real clock
-    (`plan.end_at or ticket is not None or not clock.realtime`: an instant answer waits for
-    nothing, and no coroutine is made for it)."""
+def wait(simulator: Simulator, plan, start: float, ticket=None):
+    """What waits until a whole answer's end (`plan.end_at`, slowed by the load with a
+    `ticket`, whose slot it then gives back): an awaitable, or None for an answer due at once
+    on the real clock (nothing to wait for: no coroutine is made)."""
     if ticket is not None:
-        try:
-            await simulator.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
-        finally:
-            ticket.release()
-    else:
-        await simulator.clock.sleep_until(start + plan.end_at)
+        return _served(simulator, plan, ticket)
+    if plan.end_at or not simulator.clock.realtime:
+        return simulator.clock.sleep_until(start + plan.end_at)
+    return None
+
+
+async def _served(simulator: Simulator, plan, ticket) -> None:
+    try:
+        await simulator.clock.sleep_until(ticket.start + ticket.end_at(plan.end_at))
+    finally:
+        ticket.release()
 
 
 async def reply(simulator: Simulator, template, plan, start: float, stream: bool = False, fault=None,
@@ -45,6 +49,6 @@ async def reply(simulator: Simulator, template, plan, start: float, stream: bool
     body as JSON at the plan's end; `variables` are the template's other variables."""
     if stream:
         return transport.SSEResponse(events(simulator, fault.frames(template, plan=plan, **variables), start, ticket))
-    if plan.end_at or ticket is not None or not simulator.clock.realtime:
-        await wait(simulator, plan, start, ticket)
+    if (waiting := wait(simulator, plan, start, ticket)) is not None:
+        await waiting
     return transport.json_response(template.body_json(plan=plan, **variables))

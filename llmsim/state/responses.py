@@ -171,7 +171,7 @@ class ResponseState:
         wrote, else an awaitable that keeps it. `snapshot` is the response object, the JSON a
         handler wrote from `plan` (whose id and status it carries), kept as written, or the
         Replay that renders it when read."""
-        if body.get("store") is False:      # (wants_store)
+        if not wants_store(body):
             return None
         answered = _answered(prior, own)
         background = bool(body.get("background"))
