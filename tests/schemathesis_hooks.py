@@ -18,6 +18,7 @@ from connexion.json_schema import resolve_refs
 from llmsim.api import validation
 from llmsim.errors import InvalidRequestError
 from llmsim.faults.kinds import load_kinds
+from llmsim.sim.builtins import TYPES as BUILT_IN_TOOLS
 
 # A model's output limit is per model (llmsim/data/models.yaml); the catalogue's smallest.
 MODEL_OUTPUT_LIMIT = 16384
@@ -46,14 +47,7 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
                 config[cap] = min(config[cap], MODEL_OUTPUT_LIMIT)
     if body.get("previous_response_id") is not None:      # no stored response to continue: 400
         body.pop("previous_response_id")                   # previous_response_not_found, as OpenAI
-    choice = body.get("tool_choice")                        # a named function must be a tool
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        named = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)}
-        function = choice.get("function") if isinstance(choice.get("function"), dict) else choice
-        if function.get("name") not in named - {None}:
-            body["tool_choice"] = "auto"
-    if choice == "required" and not body.get("tools"):      # `required` needs tools
-        body["tool_choice"] = "auto"
+    tool_choice_names_offered_tools(body)
     reasoning = body.get("reasoning")
     if body.get("model") is None and isinstance(reasoning, dict) and reasoning.get("effort") not in DEFAULT_MODEL_EFFORTS:
         reasoning.pop("effort")
@@ -67,6 +61,47 @@ def obey_rules_the_document_cannot_state(body: dict) -> None:
         body["profile"] = "instant"
     obey_anthropics_rules(body)
     gemini_allowed_functions_are_declared(body)
+
+
+def tool_choice_names_offered_tools(body: dict) -> None:
+    """OpenAI: a function tool has a name; a tool_choice naming a function, a built-in tool (by its family: web_search_preview
+    answers for web_search) or a list of allowed tools names only tools the request offers, and
+    `required` needs tools. Anthropic's and Gemini's own rules are below."""
+    choice, tools = body.get("tool_choice"), [t for t in body.get("tools") or () if isinstance(t, dict)]
+    for i, tool in enumerate(tools):                # one Tool object for every kind: a function's
+        if tool.get("type") == "function" and not tool.get("name"):     # name is the handler's check
+            tool["name"] = f"f{i}"
+    functions = {_function_name(tool) for tool in tools if tool.get("type") == "function"} - {None}
+    families = {_family(tool.get("type")) for tool in tools}
+    if choice == "required" and not tools:
+        body["tool_choice"] = "auto"
+    if not isinstance(choice, dict):
+        return
+    kind = choice.get("type")
+    if kind == "function":
+        if _function_name(choice) not in functions:
+            body["tool_choice"] = "auto"
+    elif kind in BUILT_IN_TOOLS:
+        labels = {tool.get("server_label") for tool in tools if tool.get("type") == "mcp"}
+        if _family(kind) not in families or (kind == "mcp" and choice.get("server_label") not in labels | {None}):
+            body["tool_choice"] = "auto"
+    elif kind == "allowed_tools":
+        allowed = choice if "tools" in choice else choice.get("allowed_tools")   # Responses' shape, Chat's
+        listed = allowed.get("tools") if isinstance(allowed, dict) else None
+        listed = [t for t in listed or () if isinstance(t, dict)]
+        unknown = any(_function_name(t) not in functions for t in listed if t.get("type") in ("function", None))
+        if unknown or not tools:
+            body["tool_choice"] = "auto"
+
+
+def _function_name(tool: dict) -> str | None:
+    """A function's name in Responses' flat shape or Chat's nested one."""
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    return function.get("name")
+
+
+def _family(kind) -> str | None:
+    return "web_search" if isinstance(kind, str) and kind.startswith("web_search") else kind
 
 
 def name_known_fault_kinds(body: dict) -> None:

@@ -102,8 +102,7 @@ def responses_request(body: dict) -> ToolRequest:
         if kind == "function":
             return _request(functions, "required", [choice.get("name")], body)
         if kind == "allowed_tools":     # built-in tools listed here are builtins.py's
-            names = [_tool_name(t) for t in choice.get("tools") or ()
-                     if t.get("type") == "function" or _tool_name(t)]
+            names = [_tool_name(t) for t in choice.get("tools") or () if t.get("type") in ("function", None)]
             return _request(functions, choice.get("mode", "auto"), names, body)
         return _request(functions, "none", [], body)   # a built-in tool (builtins.py) or a custom one
     return _request(functions, choice, None, body)

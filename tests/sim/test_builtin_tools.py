@@ -405,3 +405,23 @@ def test_mcp_allowed_tools_that_are_not_names_are_a_400(client):
         client.responses.create(model="gpt-4o", input=ASK, tools=[{**MCP, "allowed_tools": [1]}],
                                 tool_choice="required")
     assert info.value.status_code == 400
+
+
+def test_a_built_in_tool_choice_the_tools_do_not_offer_is_a_400(client):
+    import openai
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="gpt-4o", input=ASK, tool_choice={"type": "web_search"})
+    assert info.value.param == "tool_choice" and info.value.code == "invalid_value"
+
+
+def test_allowed_tools_may_list_built_in_and_custom_tools_beside_functions(client):
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    custom = {"type": "custom", "name": "shell"}
+    allowed = {"type": "allowed_tools", "mode": "required",
+               "tools": [{"type": "function", "name": "get_weather"}, custom, {"type": "mcp", "server_label": "docs"}]}
+    for _ in range(6):
+        response, _ = create(client, tools=[weather, custom, MCP], tool_choice=allowed)
+        kinds = {item.type for item in response.output}
+        assert kinds & {"function_call", "mcp_list_tools", "mcp_call"}, kinds
+        calls = [item for item in response.output if item.type == "function_call"]
+        assert all(call.name == "get_weather" for call in calls)
