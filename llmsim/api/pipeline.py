@@ -11,7 +11,6 @@ code a lane is: docs/internals.md#apipipeline.
 from __future__ import annotations
 
 import types
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from llmsim.faults.catalogue import HEADER as FAULT_HEADER
@@ -53,17 +52,17 @@ def api_key(headers: Mapping[bytes, bytes] | None) -> str:
     return ""
 
 
-class Call(SimpleNamespace):
-    """One request on its way through the stages: made as `Call(adapter=, req=, headers=,
-    control=, start=)`; what a stage has not set yet is None."""
-    adapter: Adapter
-    req: dict
-    headers: Mapping[bytes, bytes] | None
-    control: dict[str, str] | None
-    start: float
-    prior = fault = ctx = plan = ticket = admission = added = extra = None
-    # (no __slots__: the stages' results default to these class attributes, not set per call;
-    # SimpleNamespace's __init__ sets the rest in C: docs/performance.md "What is kept for speed")
+class Call:
+    """One request on its way through the stages: made as `Call(adapter, req, headers,
+    control, start)`; what a stage has not set yet is None."""
+    __slots__ = ("adapter", "req", "headers", "control", "start",
+                 "prior", "fault", "ctx", "plan", "ticket", "admission", "added", "extra")
+
+    def __init__(self, adapter: Adapter, req: dict, headers: Mapping[bytes, bytes] | None,
+                 control: dict[str, str] | None, start: float):
+        self.adapter, self.req, self.headers, self.control, self.start = adapter, req, headers, control, start
+        self.prior = self.fault = self.ctx = self.plan = self.ticket = self.admission = self.added = \
+            self.extra = None
 
 
 class Lane:
@@ -132,7 +131,7 @@ class Pipeline:
             "    ex = CURRENT.get()              # (llmsim.observe.stats.current)",
             "    headers = ex.request_headers if ex is not None else None",
             "    ctrl = None if not headers or CONTROLLING.isdisjoint(headers) else control(headers)",
-            "    call = Call(adapter=adapter, req=req, headers=headers, control=ctrl, start=start)",
+            "    call = Call(adapter, req, headers, ctrl, start)",
             *_indent(self._stages(adapter)),
             *(["    response = await adapter.deliver(call)",
                "    if call.added:                  # the rate limits' headers",
