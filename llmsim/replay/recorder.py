@@ -33,6 +33,18 @@ KEPT_HEADERS = ("content-type", "retry-after")      # what a fixture keeps of th
 UNSAVED_WAIT_S = 5.0        # how long a follow-up waits for the exchanges still being written
 
 
+class Relayed(StreamingResponse):
+    """A relayed answer whose relay ends (and writes its fixture) as the response does, even
+    when its client left: Starlette then cancels the sending, and the relay's generator would
+    otherwise wait for the garbage collector to be closed."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
 class Exchange:
     """One recorded exchange, fed the answer's bytes as they arrive."""
 
@@ -60,10 +72,12 @@ class Exchange:
                 self.events.append(event)
 
     def whole(self, headers) -> bool:
-        """A JSON body all of whose `content-length` bytes arrived (its relay may be cancelled
-        as the client, which has read it all, moves on)."""
+        """All of the answer arrived, though its relay was cancelled as the client, which has
+        read it all, moved on: a JSON body's `content-length` bytes, or a stream's last event."""
+        if self.streamed:
+            return bool(self.events) and _final(self.events[-1])
         length = headers.get("content-length")
-        return not self.streamed and length is not None and length.isdigit() and len(self.buffer) == int(length)
+        return length is not None and length.isdigit() and len(self.buffer) == int(length)
 
     def fixture(self, recorded_at: float) -> dict:
         response: dict = {"status": self.status, "headers": self.headers}
@@ -78,6 +92,23 @@ class Exchange:
         return {"llmsim_fixture": fixtures.FORMAT, "key": self.key, "endpoint": self.endpoint,
                 "model": self.body.get("model"), "recorded_at": int(recorded_at),
                 "request": {"path": self.path, "body": self.body}, "response": response}
+
+
+FINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete", "message_stop"})
+
+
+def _final(event: dict) -> bool:
+    """A stream's last event: Chat's and completions' `[DONE]`, Responses' and Anthropic's
+    closing event, a Gemini chunk whose every candidate has its finishReason."""
+    data = event["data"]
+    if data == "[DONE]" or event.get("event") in FINAL_EVENTS:
+        return True
+    if not isinstance(data, dict):
+        return False
+    candidates = data.get("candidates")
+    return data.get("type") in FINAL_EVENTS or (
+        isinstance(candidates, list) and bool(candidates)
+        and all(isinstance(c, dict) and c.get("finishReason") for c in candidates))
 
 
 def _event(block: str, at: float) -> dict | None:
@@ -153,7 +184,7 @@ def create_recorder(upstream: str, out: str | Path) -> Starlette:
                 unsaved.discard(written)
                 written.set()
         passed = {k: v for k, v in answer.headers.items() if k not in DROP_RESPONSE}
-        return StreamingResponse(relay(), status_code=answer.status_code, headers=passed)
+        return Relayed(relay(), status_code=answer.status_code, headers=passed)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

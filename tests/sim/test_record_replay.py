@@ -5,6 +5,7 @@ fresh ids and the recorded timing. One upstream, one recorder and one replaying 
 the module; a three-step streamed tool loop (Responses) and a two-step JSON loop (Chat)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -325,6 +326,50 @@ async def test_the_recorder_answers_an_unreachable_upstream_with_a_502_envelope(
     oai_schemas.validate_error_body(raw.json())
     assert raw.json()["error"]["code"] == "upstream_unreachable"
     assert not list(tmp_path.glob("*.json"))
+
+
+async def relay_until(app, body: dict, leave_on: bytes) -> None:
+    """POST `body` to the recorder `app` as a client that stops reading, and leaves, when a
+    chunk containing `leave_on` arrives (the recorder is cancelled while relaying it)."""
+    left = asyncio.Event()
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if leave_on in message.get("body", b""):
+            left.set()
+            await asyncio.Event().wait()            # reads no more: only the disconnect ends this
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "query_string": b"", "headers": [(b"content-type", b"application/json")], "server": ("rec", 80),
+             "client": ("127.0.0.1", 1), "root_path": ""}
+    await asyncio.wait_for(app(scope, receive, send), 30)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("leave_on, kept", [(b"[DONE]", 1), (b'"role":"assistant"', 0)], ids=["after-done", "mid-stream"])
+async def test_a_stream_whose_client_leaves_after_its_last_event_is_recorded(tmp_path, leave_on, kept):
+    """A client may close a stream as soon as it reads `[DONE]`, before the upstream's end is
+    relayed: the exchange is whole and written. One left mid-stream is not a fixture."""
+    from llmsim.replay.recorder import create_recorder
+    upstream = Server(["--ttft-ms", "100", "--tbt-ms", "50", "--target-tokens", "6"], timeout=60)
+    try:
+        app = create_recorder(upstream.url, tmp_path)
+        await relay_until(app, {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+                          leave_on)
+    finally:
+        upstream.stop()
+    fixtures = saved(tmp_path)
+    assert len(fixtures) == kept
+    if kept:
+        assert fixtures[0]["response"]["events"][-1]["data"] == "[DONE]"
 
 
 # ---- the match key -----------------------------------------------------------------------------
