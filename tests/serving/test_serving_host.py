@@ -217,8 +217,8 @@ def ttft_metric(url: str, model: str) -> tuple[float, float]:
 def test_the_reported_ttft_includes_the_wait_for_a_slot(server):
     with server.client() as client:
         client.models.list()            # (its connection is open: the request comes at once)
-        held = hold(server, "gpt-4-turbo")
-        try:
+        held = hold(server, "gpt-4-turbo", HOLDER * 4)     # about 2 s of prefill: on a busy machine the
+        try:                                                # next request surely comes while it is held
             raw = client.chat.completions.with_raw_response.create(
                 model="gpt-4-turbo", messages=[{"role": "user", "content": "hi"}])
         finally:
