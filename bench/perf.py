@@ -18,6 +18,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -375,8 +376,12 @@ def versus(runs: dict[str, list[dict]], rate: str) -> dict:
         out[f"vs_{other}"] = mine["best"] / theirs["best"]
         if mine.get("cpu_us_best") and theirs.get("cpu_us_best"):      # per request: theirs / mine
             out[f"cpu_vs_{other}"] = theirs["cpu_us_best"] / mine["cpu_us_best"]
-        out[f"vs_{other}_rounds"] = [a / b if a is not None and b else None
-                                     for a, b in zip(mine["rounds"], theirs["rounds"])]
+        paired = [a / b if a is not None and b else None for a, b in zip(mine["rounds"], theirs["rounds"])]
+        out[f"vs_{other}_rounds"] = paired
+        # the median of the rounds' ratios: each round's servers ran back to back, so a drift of the
+        # host's speed over minutes moves both sides of a ratio (the best rounds may fall in different minutes)
+        out[f"vs_{other}_median"] = statistics.median(x for x in paired if x is not None) \
+            if any(x is not None for x in paired) else None
     return out
 
 
@@ -388,13 +393,14 @@ def versus_lines(doc: dict) -> list[str]:
     b = doc["meta"]["baseline"]
     fmt = lambda x, d=1, suffix="": "n/a" if x is None else f"{x:,.{d}f}{suffix}"
     rows = [("workload", "current", f"baseline {b['rev']}", "aimock", "cur/base", "cur/aimock",
-             "cur/base by round", "CPU µs/req cur / base / aimock", "CPU base/cur")]
+             "cur/base by round", "median", "CPU µs/req cur / base / aimock", "CPU base/cur")]
     for wid, r in vs.items():
         srv = r["servers"]
         get = lambda name, key, srv=srv: srv.get(name, {}).get(key)
         rows.append((wid, fmt(get("llmsim", "best")), fmt(get("baseline", "best")), fmt(get("peer", "best")),
                      fmt(r.get("vs_baseline"), 3, "x"), fmt(r.get("vs_peer"), 2, "x"),
                      " / ".join(fmt(x, 3) for x in r.get("vs_baseline_rounds") or []) or "n/a",
+                     fmt(r.get("vs_baseline_median"), 3, "x"),
                      " / ".join(fmt(get(n, "cpu_us_best"), 0) for n in ("llmsim", "baseline", "peer")),
                      fmt(r.get("cpu_vs_baseline"), 3, "x")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
