@@ -15,11 +15,11 @@ import copy
 import hashlib
 from pathlib import Path
 
-import orjson
+from llmsim.server import documents
 
 
 def install() -> None:
-    _validate_each_document_once()
+    documents.validate_each_document_once()     # (connexion's internals: llmsim.server, as the rule is)
     _compile_each_template_directory_once()
     _parse_each_yaml_file_once()
 
@@ -28,20 +28,6 @@ def warm(settings) -> None:
     """One app built and dropped: the caches above filled."""
     from llmsim.app import create_app
     create_app(settings.replace(store=None, trace=None, replay=None, webhook_urls=None))
-
-
-def _validate_each_document_once() -> None:
-    """connexion validates a document against the OpenAPI schema each time it builds a
-    Specification (once more per base path); a document validated before is valid still."""
-    from connexion.spec import Specification
-    validate, valid = Specification._validate_spec.__func__, set()
-
-    def validate_once(cls, spec):
-        key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
-        if key not in valid:
-            validate(cls, spec)
-            valid.add(key)
-    Specification._validate_spec = classmethod(validate_once)
 
 
 def _compile_each_template_directory_once() -> None:
