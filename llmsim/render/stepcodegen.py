@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterator
 
-from llmsim.render import sse
+from llmsim.render import pyexpr, sse
 from llmsim.render.jsoncodegen import loop_runs
 from llmsim.render.template_syntax import LOOP
 
@@ -270,7 +270,10 @@ class StepCodegen:
             self._call("_at", guarded, ctx, pad, lines, held)
             return
         code, names = inline
-        reads = [f"_n_{name} = {held[name] if name in held else f'{ctx}[{name!r}]'}" for name in sorted(names)]
+        aliases = {f"_n_{name}": held[name] for name in names if held.get(name, "").isidentifier()}
+        code = pyexpr.renamed(code, aliases) if aliases else code      # a loop's variable: its local
+        reads = [f"_n_{name} = {held[name] if name in held else f'{ctx}[{name!r}]'}" for name in sorted(names)
+                 if f"_n_{name}" not in aliases]
         lines += [f"{pad}try:", *(f"{pad}    {read}" for read in reads), f"{pad}    _at = {code}",
                   f"{pad}except Exception:", f"{pad}    _at = {self._ref(guarded)}({self._whole(ctx)})"]
 
