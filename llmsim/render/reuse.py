@@ -9,6 +9,7 @@ Invariant: the same value, the same error: a read is reused only where the first
 evaluated on every path reaching it (it dominates it: not first under a condition, in a
 loop or a short-circuit and then reused outside); what is read is data no step of the
 expression changes, and what a loop iterates is read afresh (it may be an iterator).
+`counted`: a stream's `seq` counter written from the small-int table after one bound test.
 The story: docs/internals.md#renderreuse.
 """
 from __future__ import annotations
@@ -305,4 +306,32 @@ def reuse(code: str) -> str:
     found = []
     _occurrences(tree.body, (), True, found, test_of)
     tree = _Tests(_decide(found, "_t")).visit(tree)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+class _Counted(ast.NodeTransformer):
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def visit_IfExp(self, node: ast.IfExp):
+        node = self.generic_visit(node)
+        test = node.test            # `v.__class__ is int and -1 < v < N` (jsoncodegen's small-int test)
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and len(test.values) == 2:
+            is_int, bounds = test.values
+            var = is_int.left if isinstance(is_int, ast.Compare) else None
+            if isinstance(var, ast.Attribute) and var.attr == "__class__" and isinstance(var.value, ast.Name) \
+                    and var.value.id in self.names and isinstance(is_int.comparators[0], ast.Name) \
+                    and is_int.comparators[0].id == "int" and isinstance(bounds, ast.Compare) \
+                    and len(bounds.ops) == 2 and ast.unparse(bounds.left) == "-1" \
+                    and isinstance(bounds.comparators[0], ast.Name) and bounds.comparators[0].id == var.value.id:
+                node.test = ast.Compare(bounds.comparators[0], [bounds.ops[1]], [bounds.comparators[1]])
+        return node
+
+
+def counted(code: str, names: set[str]) -> str:
+    """Python expression `code` with each small-int test of a variable of `names`, known to
+    hold a non-negative int (a stream's `seq` counter), reduced to its upper bound."""
+    if not any(f"{name}.__class__ is int" in code for name in names):
+        return code
+    tree = _Counted(names).visit(ast.parse(code, mode="eval"))
     return ast.unparse(ast.fix_missing_locations(tree))

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 from llmsim.render import pyexpr, sse
 from llmsim.render.jsoncodegen import loop_runs
+from llmsim.render.reuse import counted
 from llmsim.render.template_syntax import LOOP
 
 
@@ -255,6 +256,7 @@ class StepCodegen:
             return None
         whole = self._whole(ctx)
         *statements, value = framed(sse.head(name), sse.END, ctx, held, whole)
+        value = counted(value, {"_seq"})        # (`seq` is the counter: a non-negative int)
         if fast is writer:      # unguarded (tests): it raises what the code raises
             return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
         on_error = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"  # raises, naming the error
@@ -292,6 +294,7 @@ class StepCodegen:
             return
         # the generated code written in place, its variables read from the step's context
         *statements, value = inline(ctx, held, whole)
+        value = counted(value, {"_seq"})        # (`seq` is the counter: a non-negative int)
         if fast is f:       # unguarded (tests): it raises what the code raises
             lines += [f"{pad}{line}" for line in statements] + [f"{pad}{target} = {value}"]
             return

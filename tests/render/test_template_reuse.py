@@ -233,3 +233,13 @@ def test_a_missing_or_none_link_fails_as_the_code_without_reuse_does(edge, ctx):
     assert outcome(lambda: made.body_json(**ctx)) == outcome(lambda: plain.body_json(**ctx))
     assert outcome(lambda: list(made.frames(**ctx))) == outcome(lambda: list(plain.frames(**ctx)))
     assert outcome(lambda: made.body_json(**ctx))[0] == "error"
+
+
+def test_a_streams_sequence_number_is_written_from_the_table_and_past_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(JsonCodegen, "GUARDED", False)
+    (tmp_path / "t.yaml").write_text(
+        'stream:\n  - {for: "i in items", steps: [{event: e, data: {n: "{{ seq }}", i: "{{ i }}"}}]}\n')
+    template, items = TemplateSet(tmp_path)["t"], list(range(4100))       # (the table holds 0-4095)
+    frames = [f for _, f in template.frames(items=items)]
+    assert frames == [f for _, f in sse.framed(template.events(items=items))]
+    assert [orjson.loads(f.split(b"data: ", 1)[1])["n"] for f in frames] == items
