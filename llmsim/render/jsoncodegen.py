@@ -26,6 +26,7 @@ from llmsim.errors import APIError, ConfigError, ServerError
 from llmsim.render import pyexpr
 from llmsim.render.jsonbytes import SMALL_INTS, dumps
 from llmsim.render.jsonvaluegen import ValueCodegen, echoed_with_default, static
+from llmsim.render.reuse import reuse
 from llmsim.render.template_syntax import LOOP, ONE_NAME, entry_key, free_names, node_kind
 
 Writer = Callable[[dict], "bytes | None"]
@@ -311,7 +312,7 @@ class JsonCodegen:
         if required := sorted(names - optional):
             lines += ["    try:", *(f"        _n_{var} = ctx[{var!r}]" for var in required),
                       "    except KeyError:", *(f"        _n_{var} = _name(ctx, {var!r})" for var in required)]
-        lines.append(f"    return {pyexpr.inline_given(code)}")
+        lines.append(f"    return {reuse(pyexpr.inline_given(code))}")
         exec(compile("\n".join(lines) + "\n", f"<template {name}>", "exec"),
              self.namespace)  # noqa: S102 - our own generated code
         function = self.namespace[name]
@@ -325,7 +326,9 @@ class JsonCodegen:
         namespace (llmsim.render.stepcodegen) whose context is the local `ctx`, raising where that
         function would not (a missing variable: KeyError; the caller's `except` then calls
         that function, which reads it as Undefined); `given`: variables (and the
-        memos, by their context keys) already in locals (name -> local), read from there;
+        memos, by their context keys) already in locals (name -> local), read from there
+        (a local's name in place); a variable of the context is read where first used on
+        each path (llmsim.render.reuse), so a memo's hit reads none;
         `whole`: the code for the context where it is used whole (passed to an object's
         writer), if not `ctx` itself."""
         lines = []
@@ -335,18 +338,22 @@ class JsonCodegen:
                 lines.append(f"_m = {ctx}['__memo']")
             elif held != "_m":
                 lines.append(f"_m = {held}")
+        aliases, reads = {}, {}      # a variable held in a local: read from there in place
         for var in sorted(names):
-            if var in given:
+            if var in given and given[var].isidentifier():
+                aliases[f"_n_{var}"] = given[var]
+            elif var in given:
                 lines.append(f"_n_{var} = {given[var]}")
             elif f"given(_n_{var}," in code:
                 self.namespace.setdefault(f"_u_{var}", pyexpr._name({}, var))
                 lines.append(f"_n_{var} = {ctx}[{var!r}] if {var!r} in {ctx} else _u_{var}")
-            else:
-                lines.append(f"_n_{var} = {ctx}[{var!r}]")
-        code = pyexpr.inline_given(code)
+            else:       # read where first used on each path (`reuse`): a memo's hit reads none
+                reads[f"_n_{var}"] = f"{ctx}[{var!r}]"
+        code = pyexpr.inline_given(pyexpr.renamed(code, aliases) if aliases else code)
         whole = whole or ctx
         if whole != "ctx" and re.search(r"\bctx\b", code):     # (e.g. calls of objects' writers)
-            code = pyexpr.renamed(code, "ctx", whole)
+            code = pyexpr.renamed(code, {"ctx": whole})
+        code = reuse(pyexpr.renamed(code, reads) if reads else code)
         return lines + [code]
 
     def _callable(self, f: Callable) -> str:

@@ -329,14 +329,14 @@ def inline_given(code: str) -> str:
 INLINE_GLOBALS = {"_Undefined": jinja2.Undefined}
 
 
-def renamed(code: str, old: str, new: str) -> str:
-    """Python expression `code` with each read of the variable `old` reading `new` (a name,
-    or an expression) instead."""
-    replacement = ast.parse(new, mode="eval").body
+def renamed(code: str, names: dict[str, str]) -> str:
+    """Python expression `code` with each read of a variable `old` of `names` reading
+    `names[old]` (a name, or an expression) instead."""
+    replacements = {old: ast.parse(new, mode="eval").body for old, new in names.items()}
 
     class Rename(ast.NodeTransformer):
         def visit_Name(self, node: ast.Name) -> ast.AST:
-            return replacement if node.id == old else node
+            return replacements.get(node.id, node) if isinstance(node.ctx, ast.Load) else node
     tree = Rename().visit(ast.parse(code, mode="eval"))
     return ast.unparse(ast.fix_missing_locations(tree))
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterator
 
-from llmsim.render import sse
+from llmsim.render import pyexpr, sse
 from llmsim.render.jsoncodegen import loop_runs
+from llmsim.render.reuse import counted
 from llmsim.render.template_syntax import LOOP
 
 
@@ -255,6 +256,7 @@ class StepCodegen:
             return None
         whole = self._whole(ctx)
         *statements, value = framed(sse.head(name), sse.END, ctx, held, whole)
+        value = counted(value, {"_seq"})        # (`seq` is the counter: a non-negative int)
         if fast is writer:      # unguarded (tests): it raises what the code raises
             return [f"{pad}{line}" for line in statements] + [f"{pad}_f = {value}"]
         on_error = f"_frame(Event({name!r}, None, _at, False, {self._ref(writer)}({whole})))"  # raises, naming the error
@@ -270,7 +272,10 @@ class StepCodegen:
             self._call("_at", guarded, ctx, pad, lines, held)
             return
         code, names = inline
-        reads = [f"_n_{name} = {held[name] if name in held else f'{ctx}[{name!r}]'}" for name in sorted(names)]
+        aliases = {f"_n_{name}": held[name] for name in names if held.get(name, "").isidentifier()}
+        code = pyexpr.renamed(code, aliases) if aliases else code      # a loop's variable: its local
+        reads = [f"_n_{name} = {held[name] if name in held else f'{ctx}[{name!r}]'}" for name in sorted(names)
+                 if f"_n_{name}" not in aliases]
         lines += [f"{pad}try:", *(f"{pad}    {read}" for read in reads), f"{pad}    _at = {code}",
                   f"{pad}except Exception:", f"{pad}    _at = {self._ref(guarded)}({self._whole(ctx)})"]
 
@@ -289,6 +294,7 @@ class StepCodegen:
             return
         # the generated code written in place, its variables read from the step's context
         *statements, value = inline(ctx, held, whole)
+        value = counted(value, {"_seq"})        # (`seq` is the counter: a non-negative int)
         if fast is f:       # unguarded (tests): it raises what the code raises
             lines += [f"{pad}{line}" for line in statements] + [f"{pad}{target} = {value}"]
             return
