@@ -19,7 +19,7 @@ from time import perf_counter
 from typing import Protocol
 
 from llmsim.observe.requestlog import AccessLog, Trace
-from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats, output_tokens
+from llmsim.observe.stats import CURRENT, WEBSOCKET, Exchange, Stats
 from llmsim.observe.tracing import create as create_tracing
 from llmsim.render.jsonbytes import decimal
 
@@ -40,22 +40,13 @@ def endpoint_of(path: str, prefixes: tuple[str, ...] = API_PREFIXES) -> str:
     return "other"
 
 
-_MS: dict[float, bytes] = {}
-MAX_MS = 1024           # distinct durations remembered (a profile with no spread has a few)
-
-
-def _ms(seconds: float) -> bytes:
-    """`seconds` in milliseconds to the microsecond, e.g. b"200.000"."""
-    found = _MS.get(seconds)
-    if found is None:
-        found = b"%.3f" % (seconds * 1000.0)
-        if len(_MS) < MAX_MS:
-            _MS[seconds] = found
-    return found
+MAX_PLANNED = 1024       # distinct planned headers remembered (a profile with no spread has a few)
 
 
 class GcPolicy(Protocol):
     """When the garbage collector may pause the process (llmsim.server.collector.Collector)."""
+
+    due: float      # `request_ended` may do something once `now` reaches this (else: not called)
 
     def serving(self, now: float) -> None: ...
 
@@ -80,7 +71,8 @@ class Observer:
         self._rng = random.Random()
         self._ids = simulator.ids
         self._endpoints: dict[str, str] = {}
-        self.in_flight = 0
+        # (TTFT, duration, visible tokens) -> the planned answer's headers (`headers`)
+        self._planned: dict[tuple[float, float, int], tuple] = {}
         self.tracing = create_tracing(settings)     # OpenTelemetry: None unless asked for
         # the tuned server's garbage collection policy (llmsim.server.collector, given from
         # above by llmsim.api.front); None: CPython's
@@ -122,13 +114,11 @@ class Observer:
         """The request (`headers`: its headers as a dict) has arrived: its exchange, current
         until `end`."""
         self.pacers.catch_up()
-        ex = Exchange(self.request_id(headers), "http", scope["method"], path,
-                      self._endpoints.get(path) or self.endpoint(path), self.stats)
+        given = headers.get(REQUEST_ID)            # (`request_id`, inline)
+        ex = Exchange(given[:MAX_ID].decode("latin-1") if given else self._ids.make("request", self._rng),
+                      scope["method"], path, headers, self.stats)
         ex.token = CURRENT.set(ex)
-        ex.request_headers = headers
-        self.in_flight += 1
-        if self.counting:
-            self.stats.request_started()
+        self.stats.active += 1
         return ex
 
     def headers(self, ex: Exchange, status: int) -> list[tuple[bytes, bytes]]:
@@ -139,20 +129,34 @@ class Observer:
         plan = ex.plan
         if plan is not None:
             delay = ex.delay            # the serving model's wait and prefill
-            added += ((b"x-llmsim-ttft-ms", _ms(plan.first_token_at + delay)),
-                      (b"x-llmsim-duration-ms", _ms(plan.end_at + delay)),
-                      (b"x-llmsim-tokens", decimal(output_tokens(plan.usage)[0])))
+            usage = plan.usage
+            key = (plan.first_token_at + delay, plan.end_at + delay,
+                   usage.total_tokens - usage.input_tokens - usage.reasoning_tokens)   # (output_tokens)
+            added += self._planned.get(key) or self._planned_headers(key)
         return added
+
+    def _planned_headers(self, key: tuple[float, float, int]) -> tuple:
+        ttft, duration, tokens = key
+        found = ((b"x-llmsim-ttft-ms", b"%.3f" % (ttft * 1000.0)),      # to the microsecond
+                 (b"x-llmsim-duration-ms", b"%.3f" % (duration * 1000.0)),
+                 (b"x-llmsim-tokens", decimal(tokens)))
+        if len(self._planned) < MAX_PLANNED:
+            self._planned[key] = found
+        return found
 
     def end(self, ex: Exchange) -> None:
         """The request has ended (answered or not)."""
         CURRENT.reset(ex.token)
-        now = time.perf_counter()
-        self.in_flight -= 1
-        if self.collector is not None:
-            self.collector.request_ended(now, self.in_flight)
+        now = perf_counter()
+        stats = self.stats
+        stats.active -= 1
+        collector = self.collector
+        if collector is not None and now >= collector.due:
+            collector.request_ended(now, stats.active)
+        if ex.endpoint is None:         # not planned (`Stats.record` names it): named by its path
+            ex.endpoint = self._endpoints.get(ex.path) or self.endpoint(ex.path)
         if self.counting:
-            self.stats.request_finished(ex, now - ex.start)
+            stats.request_finished(ex, now - ex.start)
         if self.writers:
             end = ex.wall + (now - ex.start)
             for writer in self.writers:
@@ -166,8 +170,8 @@ class Observer:
 
     # -- one WebSocket connection ----------------------------------------------------------
     async def websocket(self, scope, receive, send, path: str, app) -> None:
-        ex = Exchange(self.request_id(dict(scope.get("headers") or ())), WEBSOCKET, "WS", path,
-                      "websocket", self.stats)
+        ex = Exchange(self.request_id(dict(scope.get("headers") or ())), "WS", path, None, self.stats)
+        ex.kind = ex.endpoint = WEBSOCKET
         token = CURRENT.set(ex)
         stats = self.stats
 

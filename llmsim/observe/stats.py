@@ -1,10 +1,11 @@
 """Live counters behind /llmsim/stats and /metrics: cheap to feed, merged across workers.
 
-Fed by llmsim.observe.observer (one call when an HTTP request or WebSocket connection
-starts and one when it ends), by the few places that know the plan (`record`, `error`)
-and by the SSE pacer (`lateness`, once per written batch). State is plain ints and
-fixed-bucket histograms, so a request costs a few dozen increments and no allocation per
-token. `snapshot()` is that state as plain data; under `--workers N` each worker writes its
+Fed by llmsim.observe.observer (as an HTTP request ends, as a WebSocket connection opens
+and closes), by the few places that know the plan (`record`, `error`) and by the SSE pacer
+(`lateness`, once per written batch). State is plain ints and fixed-bucket histograms, and a
+request adds only what it alone knows (a dozen increments, no allocation per token): totals
+and the per-second history are worked out from those when read. `snapshot()` is that state
+as plain data; under `--workers N` each worker writes its
 snapshot to `stats_dir` every `SHARE_INTERVAL` seconds and whichever worker answers merges
 its own live snapshot with the others' files (`statsview.gather`). The snapshot is taken on
 the event loop; the file is written and renamed by a thread of its own, because the rename
@@ -20,6 +21,7 @@ import contextlib
 import contextvars
 import os
 import time
+from time import perf_counter
 from bisect import bisect_left, bisect_right
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -85,11 +87,13 @@ class Histogram:
                 "sum": sum(sums), "max": self.max}
 
 
-class Lateness(Histogram):
-    """The SSE pacer's histogram, fed once per written batch (50,000 times a second with a
-    thousand paced streams). A value is appended to `pending` (no bucket search, no call
-    per value) and the pending values are counted in one pass, sorted and
-    merged with the bucket bounds, once `BATCH` have gathered (`add`) or when read."""
+class Batched(Histogram):
+    """A histogram fed at a high rate: the SSE pacer's lateness (once per written batch,
+    50,000 times a second with a thousand paced streams) and each request's measured
+    duration. A value is appended to `pending` (no bucket search, no call per value) and
+    the pending values are counted together: sorted, then bucket by bucket (a search per
+    bucket holding values, not per value), once `BATCH` have gathered (`add`; the request
+    durations: as each wall second begins), or when read."""
     __slots__ = ("pending",)
     BATCH = 4096
 
@@ -110,12 +114,13 @@ class Lateness(Histogram):
             return
         pending.sort()
         counts, sums, bounds = self.counts, self.sums, BOUNDS
-        i, last = 0, len(bounds)
-        for seconds in pending:
-            while i < last and bounds[i] < seconds:     # bisect_left, values in order
-                i += 1
-            counts[i] += 1
-            sums[i] += seconds
+        n, last, lo = len(pending), len(BOUNDS), 0
+        while lo < n:
+            i = bisect_left(bounds, pending[lo])         # the smallest value's bucket,
+            hi = bisect_right(pending, bounds[i], lo) if i < last else n     # its values
+            counts[i] += hi - lo
+            sums[i] += sum(pending[lo:hi])
+            lo = hi
         if pending[-1] > self.max:
             self.max = pending[-1]
         pending.clear()
@@ -129,79 +134,66 @@ class Lateness(Histogram):
         return super().snapshot()
 
 
-class Ring:
-    """Per-second counts (requests, output tokens, errors) for the last `RING` wall seconds."""
-    __slots__ = ("stamps", "requests", "tokens", "errors")
-
-    def __init__(self):
-        self.stamps = [-1] * RING
-        self.requests = [0] * RING
-        self.tokens = [0] * RING
-        self.errors = [0] * RING
-
-    def clear(self, i: int, second: int) -> None:
-        self.stamps[i] = second
-        self.requests[i] = self.tokens[i] = self.errors[i] = 0
-
-    def add(self, second: int, requests: int, tokens: int, errors: int) -> None:
-        i = second % RING
-        if self.stamps[i] != second:
-            self.clear(i, second)
-        self.requests[i] += requests
-        self.tokens[i] += tokens
-        self.errors[i] += errors
-
-    def snapshot(self) -> dict:
-        return {str(s): [self.requests[i], self.tokens[i], self.errors[i]]
-                for i, s in enumerate(self.stamps) if s >= 0}
+Lateness = Batched      # (the SSE pacer's)
 
 
 class ModelStats:
-    """One model's counters and simulated-timing histograms. Answers with no simulated time
-    at all (e.g. `--profile instant`) are only counted (`instant`): they join the TTFT and
-    duration histograms' zero bucket in `snapshot`, and have no inter-token gaps to report.
-    So the benchmark case costs a few increments."""
-    __slots__ = ("requests", "prompt", "completion", "reasoning", "running", "ttft", "itl", "e2e",
-                 "instant")
+    """One model's counters and simulated-timing histograms. Only what an answer adds is
+    kept per answer; the rest is worked out when read (`snapshot`): `running` is the answers
+    counted (`requests`) less those ended, `completion` the output less its reasoning, and
+    answers with no simulated time at all (e.g. `--profile instant`), which have no e2e
+    value (nor gaps to report), join the TTFT and duration histograms' zero bucket. So the
+    benchmark case costs a few increments."""
+    __slots__ = ("requests", "prompt", "output", "reasoning", "ended", "ttft", "itl", "e2e")
 
     def __init__(self):
-        self.requests = self.prompt = self.completion = self.reasoning = self.running = 0
-        self.instant = 0
+        self.requests = self.prompt = self.output = self.reasoning = self.ended = 0
         self.ttft, self.itl, self.e2e = Histogram(), Histogram(), Histogram()
+
+    def timed(self, plan, delay: float) -> None:
+        """The simulated timing of `plan` (sent whole, with some simulated time)."""
+        self.ttft.observe(plan.first_token_at + delay)
+        self.e2e.observe(plan.end_at + delay)
+        for times in plan.token_times():         # (llmsim.sim.plans.Plan)
+            self.itl.observe_gaps(times)
 
     def snapshot(self) -> dict:
         hists = {"itl": self.itl.snapshot()}
-        for name, hist, zeros in (("ttft", self.ttft, self.instant), ("e2e", self.e2e, self.instant)):
+        instant = self.ended - sum(self.e2e.counts)
+        for name, hist in (("ttft", self.ttft), ("e2e", self.e2e)):
             snap = hist.snapshot()
-            if zeros:
+            if instant:
                 counts = dict((i, [i, c, total]) for i, c, total in snap["counts"])
-                counts.setdefault(0, [0, 0, 0.0])[1] += zeros
+                counts.setdefault(0, [0, 0, 0.0])[1] += instant
                 snap["counts"] = sorted(counts.values())
             hists[name] = snap
-        return {"requests": self.requests, "prompt": self.prompt, "completion": self.completion,
-                "reasoning": self.reasoning, "running": self.running, **hists}
+        return {"requests": self.requests, "prompt": self.prompt, "completion": self.output - self.reasoning,
+                "reasoning": self.reasoning, "running": self.requests - self.ended, **hists}
 
 
 class Exchange:
-    """One HTTP request or WebSocket connection, as the observer and the handlers see it."""
-    __slots__ = ("id", "kind", "method", "path", "endpoint", "start", "wall", "status", "plan",
-                 "stream", "error", "injected", "model", "stats", "turns", "token", "request_headers",
-                 "delay", "cut")
+    """One HTTP request or WebSocket connection, as the observer and the handlers see it.
 
-    def __init__(self, request_id: str, kind: str, method: str, path: str, endpoint: str,
+    What most requests leave as it was is a class attribute (no store per request)."""
+    kind = "http"                   # or WEBSOCKET
+    status = 0                      # 0 until the response starts (or if it never does)
+    endpoint = None                 # set by `Stats.record`, else by the observer as the exchange ends
+    plan = error = model = None     # the first plan (`Stats.record`), an error code, its ModelStats
+    stream = injected = False
+    turns = 0                       # WebSocket turns traced so far
+    token = None                    # resets llmsim.observe.stats.CURRENT when the exchange ends
+    delay = 0.0                     # seconds before the plan's clock started (the serving model's wait and prefill)
+    cut = None                      # a stream its client left: seconds into the plan when it did
+
+    def __init__(self, request_id: str, method: str, path: str, request_headers: dict | None = None,
                  stats: "Stats | None" = None):
-        self.id, self.kind, self.method, self.path, self.endpoint = request_id, kind, method, path, endpoint
+        self.id = request_id
+        self.method = method
+        self.path = path
+        self.request_headers = request_headers      # {name: value} (bytes), as the front read them
         self.stats = stats
-        self.start = time.perf_counter()
+        self.start = perf_counter()
         self.wall = time.time()
-        self.status = 0                 # 0 until the response starts (or if it never does)
-        self.plan = self.error = self.model = None
-        self.stream = self.injected = False
-        self.turns = 0                  # WebSocket turns traced so far
-        self.token = None               # resets llmsim.observe.stats.CURRENT when the exchange ends
-        self.request_headers = None     # the request's headers, {name: value} (bytes), as the front read them
-        self.delay = 0.0                # seconds before the plan's clock started (the serving model's wait and prefill)
-        self.cut = None                 # a stream its client left: seconds into the plan when it did
 
     def left(self, cut: float) -> None:
         """Its client left its stream `cut` seconds into the plan: stats count what was sent."""
@@ -263,24 +255,37 @@ def sent(plan, cut: float | None = None) -> Sent:
     return Sent(visible, round(reasoning * thought), first if cut >= first else None, max(cut, 0.0), kept)
 
 
+# An endpoint's row (`Stats.rows`): answers by status // 100 (0: no response), then these
+STREAMED, FAILED = 6, 7         # streamed answers; failed ones (an error, a status >= 400 or none)
+ROW = 8
+
+
 class Stats:
-    """The counters of one process. With `enabled=False` only exchanges are annotated."""
+    """The counters of one process. With `enabled=False` only exchanges are annotated.
+
+    A request adds what only it knows (its endpoint row's status class, its model's output,
+    its duration); totals, the per-status table and the per-second history are worked out
+    from those when read. The history: the totals as each wall second began (`base`, taken
+    by the first event of a new second, `_next_second`), and each past second's difference."""
 
     def __init__(self, enabled: bool = True, share_dir: str | None = None):
         self.enabled = enabled
         self.share_dir = Path(share_dir) if share_dir and enabled else None
-        self.lateness = Lateness() if enabled else None    # fed by the SSE pacer
+        self.lateness = Batched() if enabled else None     # fed by the SSE pacer
         self.started = time.time()
-        self.requests = self.streaming = self.active = self.active_streams = 0
+        self.active = 0                 # API requests in flight (the observer's count, kept even when off)
+        self.active_streams = 0
         self.ws_connections = self.ws_active = self.ws_turns = 0
-        self.status = [0] * 6                                # responses by status // 100
-        self.endpoints: dict[str, list[int]] = {}           # name -> [requests, streaming, errors]
+        self.rows: dict[str, list[int]] = {}                # endpoint name -> its row (ROW counts)
         self.errors: dict[str, int] = {}
         self.injected: dict[str, int] = {}
         self.webhooks: dict[str, int] = {}                  # deliveries by outcome (webhook())
         self.models: dict[str, ModelStats] = {}
-        self.http = Histogram()
-        self.ring = Ring()
+        self.http = Batched()           # API requests' measured durations
+        self.loose_errors = 0           # errors outside an HTTP request (WebSocket turns): the history's
+        self.second = -1                # the wall second the history is in
+        self.base = (0, 0, 0)           # (requests, output tokens, failed) as `second` began
+        self.seconds: dict[int, tuple[int, int, int]] = {}  # earlier seconds': what each added
         self.writers: tuple = ()        # trace file / access log, set by the observer
         self._sharing = False
         self._stop_sharing = lambda: None
@@ -292,86 +297,78 @@ class Stats:
         if self.share_dir is not None and not self._sharing:
             self._start_sharing()
 
-    def request_started(self) -> None:
-        self.active += 1
-        if self.share_dir is not None and not self._sharing:
-            self._start_sharing()
-
     def request_finished(self, ex: Exchange, seconds: float) -> None:
         """The hottest call: written out flat (no helper calls on the success path)."""
-        self.active -= 1
-        self.requests += 1
-        http = self.http
-        i = bisect_left(BOUNDS, seconds)
-        http.counts[i] += 1
-        http.sums[i] += seconds
-        if seconds > http.max:
-            http.max = seconds
+        second = int(ex.wall + seconds)
+        if second > self.second:
+            self._next_second(second)
+        self.http.pending.append(seconds)      # (Batched.add, counted in `_next_second`)
         status = ex.status
-        self.status[status // 100] += 1
-        counts = self.endpoints.get(ex.endpoint)
-        if counts is None:
-            counts = self.endpoints[ex.endpoint] = [0, 0, 0]
-        counts[0] += 1
-        failed = 0
+        row = self.rows.get(ex.endpoint) or self._row(ex.endpoint)
+        row[status // 100] += 1
         if ex.error is not None or status >= 400 or not status:
             if ex.error is None:
                 self._count_error(f"http_{status}" if status else "no_response", False)
-            counts[2] += 1
-            failed = 1
-        tokens = 0
+            row[FAILED] += 1
         m = ex.model
-        if m is not None:
-            m.running -= 1
-            if ex.stream:
-                self.active_streams -= 1
-                counts[1] += 1
-                self.streaming += 1
-                tokens = self._stream_ended(m, ex)
-            else:
-                usage = ex.plan.usage
-                tokens = usage.total_tokens - usage.input_tokens
-        ring = self.ring
-        second = int(ex.wall + seconds)
-        j = second % RING
-        if ring.stamps[j] != second:
-            ring.clear(j, second)
-        ring.requests[j] += 1
-        ring.tokens[j] += tokens
-        if failed:
-            ring.errors[j] += 1
+        if m is None:
+            return
+        m.ended += 1
+        plan = ex.plan
+        if ex.stream:
+            self.active_streams -= 1
+            row[STREAMED] += 1
+            if ex.cut is not None:      # its client left: what it sent
+                self._cut(m, plan, ex.delay, ex.cut)
+                return
+        usage = plan.usage
+        m.output += usage.total_tokens - usage.input_tokens
+        m.reasoning += usage.reasoning_tokens
+        if plan.end_at:
+            m.timed(plan, ex.delay)
 
-    def _stream_ended(self, m: ModelStats, ex: Exchange) -> int:
-        """A stream's output, counted when it ends (`record` counted its request and prompt):
-        what it sent (`sent`), so a stream its client left counts only that. Its tokens."""
-        plan, delay, cut = ex.plan, ex.delay, ex.cut
-        if cut is None:                 # all of it sent (most streams): counted as `record` does
-            usage = plan.usage
-            reasoning = usage.reasoning_tokens
-            tokens = usage.total_tokens - usage.input_tokens
-            m.completion += tokens - reasoning
-            m.reasoning += reasoning
-            end = plan.end_at
-            if not end:
-                m.instant += 1
-            else:
-                m.ttft.observe(plan.first_token_at + delay)
-                m.e2e.observe(end + delay)
-                for times in plan.token_times():
-                    m.itl.observe_gaps(times)
-            return tokens
+    def _row(self, endpoint: str) -> list[int]:
+        row = self.rows[endpoint] = [0] * ROW
+        return row
+
+    @staticmethod
+    def _cut(m: ModelStats, plan, delay: float, cut: float) -> None:
+        """A stream its client left `cut` seconds into `plan`: what it sent (`sent`)."""
         out = sent(plan, cut)
-        m.completion += out.completion
+        m.output += out.completion + out.reasoning
         m.reasoning += out.reasoning
-        if not plan.end_at:
-            m.instant += 1
-        else:
+        if plan.end_at:
             if out.first is not None:
                 m.ttft.observe(out.first + delay)
             m.e2e.observe(out.end + delay)
             for times in out.times:
                 m.itl.observe_gaps(times)
-        return out.completion + out.reasoning
+
+    def _totals(self) -> tuple[int, int, int]:
+        """(requests ended, output tokens, failed requests and other errors) so far."""
+        rows = self.rows.values()
+        return (sum(sum(row[:STREAMED]) for row in rows), sum(m.output for m in self.models.values()),
+                sum(row[FAILED] for row in rows) + self.loose_errors)
+
+    def _next_second(self, second: int) -> None:
+        """The first event of wall second `second`: the last one's history is closed."""
+        totals = self._totals()
+        added = tuple(now - then for now, then in zip(totals, self.base))
+        if any(added):
+            self.seconds[self.second] = added
+        for old in [s for s in self.seconds if s <= second - RING]:
+            del self.seconds[old]
+        self.second, self.base = second, totals
+        self.http.count_pending()
+        if self.share_dir is not None and not self._sharing:      # (a server without a lifespan)
+            self._start_sharing()
+
+    def _now(self) -> None:
+        """Close the last second's history if a new wall second has begun (events outside
+        an HTTP request, which has its own clock)."""
+        second = int(time.time())
+        if second > self.second:
+            self._next_second(second)
 
     def ws_opened(self) -> None:
         self.ws_connections += 1
@@ -385,47 +382,44 @@ class Stats:
     # -- fed by the code that knows the plan ----------------------------------------------
     def record(self, plan, endpoint: str, stream: bool = False, delay: float = 0.0) -> None:
         """A planned answer: tokens, simulated TTFT, gaps and duration, per model; `delay`:
-        seconds before its clock started (the serving model's wait and prefill), in its TTFT."""
+        seconds before its clock started (the serving model's wait and prefill), in its TTFT.
+        A request's (first) answer is counted here and, what it sent, as it ends
+        (`request_finished`); any other (a WebSocket turn, or planned outside a request) all here."""
         ex = CURRENT.get()
-        http = ex is not None and ex.plan is None and ex.kind != WEBSOCKET     # the request's first plan
-        if http:
-            ex.plan, ex.endpoint, ex.stream = plan, endpoint, stream
-            if delay:
-                ex.delay = delay
-        if not self.enabled:
+        if ex is None or ex.plan is not None or ex.kind == WEBSOCKET:
+            if self.enabled:
+                self._record_apart(plan, ex, delay)
             return
-        m = self.models.get(plan.model)
-        if m is None:
-            name = plan.model if len(self.models) < MAX_MODELS else OTHER_MODEL
-            m = self.models.get(name) or self.models.setdefault(name, ModelStats())
-        usage = plan.usage
-        prompt, reasoning = usage.input_tokens, usage.reasoning_tokens
-        completion = usage.total_tokens - prompt - reasoning
-        m.requests += 1
-        m.prompt += prompt
-        if http and stream:             # its output is counted when it ends (`_stream_ended`)
-            ex.model = m
-            m.running += 1
-            self.active_streams += 1
-            return
-        m.completion += completion
-        m.reasoning += reasoning
-        end = plan.end_at
-        if not end:                     # no simulated time at all: no gaps to report either
-            m.instant += 1
-        else:
-            m.ttft.observe(plan.first_token_at + delay)
-            m.e2e.observe(end + delay)
-            for times in plan.token_times():         # (llmsim.sim.plans.Plan)
-                m.itl.observe_gaps(times)
-        if http:
-            ex.model = m
-            m.running += 1
+        ex.plan = plan
+        ex.endpoint = endpoint
+        ex.stream = stream
+        if delay:
+            ex.delay = delay
+        if self.enabled:
+            m = ex.model = self.models.get(plan.model) or self._model(plan.model)
+            m.requests += 1
+            m.prompt += plan.usage.input_tokens
             if stream:
                 self.active_streams += 1
-        else:                                   # a WebSocket turn (or planned outside a request)
-            self.ws_turns += ex is not None and ex.kind == WEBSOCKET
-            self.ring.add(int(time.time()), 0, completion + reasoning, 0)
+
+    def _model(self, name: str) -> ModelStats:
+        if len(self.models) >= MAX_MODELS:
+            name = OTHER_MODEL
+        return self.models.get(name) or self.models.setdefault(name, ModelStats())
+
+    def _record_apart(self, plan, ex: Exchange | None, delay: float) -> None:
+        self._now()
+        m = self.models.get(plan.model) or self._model(plan.model)
+        usage = plan.usage
+        m.requests += 1
+        m.ended += 1
+        m.prompt += usage.input_tokens
+        m.output += usage.total_tokens - usage.input_tokens
+        m.reasoning += usage.reasoning_tokens
+        if plan.end_at:
+            m.timed(plan, delay)
+        if ex is not None and ex.kind == WEBSOCKET:
+            self.ws_turns += 1
 
     @contextlib.contextmanager
     def turn(self, plan, began: float | None = None, delay: float = 0.0):
@@ -438,7 +432,8 @@ class Stats:
             yield
             return
         ex.turns += 1
-        line = Exchange(f"{ex.id}:{ex.turns}", WEBSOCKET, "WS", ex.path, WEBSOCKET, self)
+        line = Exchange(f"{ex.id}:{ex.turns}", "WS", ex.path, None, self)
+        line.kind = line.endpoint = WEBSOCKET
         line.plan, line.stream, line.status, line.delay = plan, True, 101, delay
         if began is not None:           # the turn began before it was planned
             line.wall -= line.start - began
@@ -459,8 +454,9 @@ class Stats:
             ex.error, ex.injected = kind, injected
         if self.enabled:
             self._count_error(kind, injected)
-            if ex is None or ex.kind == WEBSOCKET:
-                self.ring.add(int(time.time()), 0, 0, 1)
+            if ex is None or ex.kind == WEBSOCKET:      # (a request's: counted as it ends)
+                self._now()
+                self.loose_errors += 1
 
     def webhook(self, outcome: str) -> None:
         """A webhook delivery's step (llmsim.state.webhooks): `queued` (one event for one URL),
@@ -475,17 +471,26 @@ class Stats:
     # -- read side -----------------------------------------------------------------------
     def snapshot(self) -> dict:
         """This process's state as plain data (what `statsview.merge` combines)."""
+        rows = self.rows
+        status = [sum(row[i] for row in rows.values()) for i in range(STREAMED)]
+        history = {str(s): list(added) for s, added in self.seconds.items() if s > self.second - RING}
+        if self.second >= 0:
+            added = [now - then for now, then in zip(self._totals(), self.base)]
+            if any(added):
+                history[str(self.second)] = added
         return {
             "pid": os.getpid(), "started": self.started, "enabled": self.enabled,
-            "requests": self.requests, "streaming": self.streaming, "active": self.active,
+            "requests": sum(status), "streaming": sum(row[STREAMED] for row in rows.values()),
+            "active": self.active if self.enabled else 0,
             "active_streams": self.active_streams, "ws_connections": self.ws_connections,
-            "ws_active": self.ws_active, "ws_turns": self.ws_turns, "status": {f"{i}xx" if i else "none": n for i, n in enumerate(self.status) if n},
-            "endpoints": {k: list(v) for k, v in self.endpoints.items()},
+            "ws_active": self.ws_active, "ws_turns": self.ws_turns,
+            "status": {f"{i}xx" if i else "none": n for i, n in enumerate(status) if n},
+            "endpoints": {k: [sum(row[:STREAMED]), row[STREAMED], row[FAILED]] for k, row in rows.items()},
             "errors": dict(self.errors), "injected": dict(self.injected), "webhooks": dict(self.webhooks),
             "models": {k: m.snapshot() for k, m in self.models.items()},
             "http": self.http.snapshot(),
             "lateness": (self.lateness or Histogram()).snapshot(),
-            "ring": self.ring.snapshot(),
+            "ring": history,
             "serving": self.serving_state() if self.serving_state is not None else {},
         }
 

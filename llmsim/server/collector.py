@@ -26,6 +26,9 @@ class Collector:
         self.last_full = float("-inf")
         self.pending = False
         self._thresholds: tuple[int, int, int] | None = None
+        # `request_ended` does nothing before this (the observer skips the call): serving, no
+        # collection pending, `quiet_gap` after the last full one
+        self.due = float("inf")
 
     def serving(self, now: float) -> None:
         """Start-up is over: collect and freeze what it left; young collections every `YOUNG`
@@ -35,6 +38,7 @@ class Collector:
         self._thresholds = self.gc.get_threshold()
         self.gc.set_threshold(YOUNG, NEVER, NEVER)
         self.last_full = now
+        self.due = now + self.quiet_gap
 
     def stopped(self) -> None:
         """The app stopped (tests run many in one process): CPython's policy again."""
@@ -42,16 +46,18 @@ class Collector:
             self.gc.set_threshold(*self._thresholds)
             self.gc.unfreeze()
             self._thresholds = None
+            self.due = float("inf")
 
     def request_ended(self, now: float, in_flight: int) -> None:
         """Called as each request ends (`now` on a monotonic clock, in seconds). Before
         `serving` (an app driven without its lifespan, as in tests) and after `stopped`,
-        CPython's own policy collects, and this adds nothing."""
+        CPython's own policy collects, and this adds nothing. Before `due` it would do nothing:
+        the observer skips the call."""
         waited = now - self.last_full
         if self._thresholds is None or self.pending or waited < self.quiet_gap:
             return
         if waited >= self.max_wait or (in_flight == 0 and self._collected_since_full()):
-            self.last_full, self.pending = now, True
+            self.last_full, self.pending, self.due = now, True, float("inf")
             if self.schedule is None:
                 self._collect()
             else:
@@ -65,4 +71,6 @@ class Collector:
 
     def _collect(self) -> None:
         self.pending = False
+        if self._thresholds is not None:
+            self.due = self.last_full + self.quiet_gap
         self.gc.collect()

@@ -161,6 +161,32 @@ def test_open_stream_is_active_until_it_ends(paced):
     assert (after["requests"]["active_streams"], after["requests"]["running"]) == (0, 0)
 
 
+def test_a_non_streamed_answer_counts_its_tokens_as_it_ends(paced):
+    """While a non-streamed answer waits it is running; its output tokens join the totals and
+    the timeline together, when it ends."""
+    import threading
+
+    wait_for(paced, lambda s: s["requests"]["active"] == 0)
+    next_second()                           # the timeline holds whole seconds only
+    before = read(paced)
+    answers = []
+    worker = threading.Thread(target=lambda: answers.append(
+        paced.client().responses.create(model="gpt-4o-mini", input="hi")))
+    worker.start()
+    during = wait_for(paced, lambda s: s["requests"]["running"] == before["requests"]["running"] + 1)
+    worker.join(timeout=10)
+    next_second()
+    after = read(paced)
+    assert during["requests"]["active"] - before["requests"]["active"] == 1
+    assert during["models"]["gpt-4o-mini"]["running"] - before["models"].get("gpt-4o-mini", {}).get("running", 0) == 1
+    assert during["tokens"]["completion"] == before["tokens"]["completion"]
+    output = answers[0].usage.output_tokens
+    assert after["tokens"]["completion"] + after["tokens"]["reasoning"] - \
+        before["tokens"]["completion"] - before["tokens"]["reasoning"] == output
+    assert sum(after["timeline"]["tokens"]) - sum(before["timeline"]["tokens"]) == output
+    assert after["requests"]["running"] == before["requests"]["running"]
+
+
 def test_a_client_that_leaves_a_waiting_stream_ends_it_at_once(live_server_factory):
     """The stream's first token is a minute away: the server notices the client left and
     lets the stream go then, not when its next write would fail."""
