@@ -80,7 +80,7 @@ def chat_request(body: dict) -> ToolRequest:
             return _request(functions, "required", [(choice.get("function") or {}).get("name")], body)
         if kind == "allowed_tools":
             allowed = choice.get("allowed_tools") or {}
-            names = [_tool_name(t) for t in allowed.get("tools") or ()]
+            names = [_tool_name(t) for t in allowed.get("tools") or () if t.get("type") in ("function", None)]
             return _request(functions, allowed.get("mode", "auto"), names, body)
         return _request(functions, "none", [], body)   # a custom tool: never called
     return _request(functions, choice, None, body)

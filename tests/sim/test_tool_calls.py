@@ -97,6 +97,15 @@ def test_a_named_function_is_the_one_called(client):
     check_call("get_time", call.function.arguments)
 
 
+def test_allowed_tools_may_list_a_custom_tool_beside_the_functions_it_allows(client):
+    shell = {"type": "custom", "custom": {"name": "shell"}}
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}, shell]}}
+    completion, _ = chat_raw(client, model="gpt-4o", messages=ASK, tools=[*CHAT_TOOLS, shell], tool_choice=allowed)
+    calls = completion.choices[0].message.tool_calls
+    assert calls and {call.function.name for call in calls} == {"get_time"}
+
+
 def test_parallel_tool_calls_false_gives_exactly_one_call(client):
     for _ in range(8):
         completion, _ = chat_raw(client, model="gpt-4o", messages=ASK, tools=CHAT_TOOLS,
