@@ -68,7 +68,10 @@ def test_anthropic_reads_a_repeated_prompt_from_the_prefix_cache_and_answers_soo
     assert (cold_usage.input_tokens, cold_usage.cache_read_input_tokens) == (total, 0)
     read = warm_usage.cache_read_input_tokens
     assert read > 0 and read % BLOCK == 0
-    assert warm_usage.input_tokens == total - read <= BLOCK      # all but the last partial block
+    # all but the prompt's last partial block and the message's framing tokens (fewer than a
+    # block; blocks cover the text's tokens: which side of a block boundary the framing falls
+    # depends on the prompt's random start)
+    assert warm_usage.input_tokens == total - read < 2 * BLOCK
     assert warm_usage.cache_creation_input_tokens == 0        # nothing marked: nothing written
     assert cold - warm >= 0.5 * PREFILL_MS * read / 1000, (cold, warm, read)
 
